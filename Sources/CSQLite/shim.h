@@ -1,0 +1,16 @@
+#ifndef SPOOL_CSQLITE_SHIM_H
+#define SPOOL_CSQLITE_SHIM_H
+
+#include <sqlite3.h>
+
+/// SQLITE_TRANSIENT is a macro with a function-pointer cast that Swift cannot
+/// import; these wrappers make SQLite copy the bytes before the call returns.
+static inline int spool_bind_text(sqlite3_stmt *statement, int index, const char *text, int length) {
+    return sqlite3_bind_text(statement, index, text, length, SQLITE_TRANSIENT);
+}
+
+static inline int spool_bind_blob(sqlite3_stmt *statement, int index, const void *bytes, int length) {
+    return sqlite3_bind_blob(statement, index, bytes, length, SQLITE_TRANSIENT);
+}
+
+#endif

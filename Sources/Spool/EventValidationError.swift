@@ -1,0 +1,29 @@
+/// Why an event was rejected before it was stored.
+public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The name is empty.
+    case emptyName
+    /// The name is longer than the limit, in UTF-8 bytes.
+    case nameTooLong(bytes: Int, limit: Int)
+    /// The name contains control characters.
+    case invalidName(String)
+    /// A parameter key is empty, too long or holds control characters.
+    case invalidKey(path: String)
+    /// A double is NaN or infinite, which JSON cannot carry.
+    case nonFiniteNumber(path: String)
+    /// Arrays and objects nest deeper than the limit.
+    case nestingTooDeep(path: String, limit: Int)
+    /// The encoded event is larger than the limit, in bytes.
+    case tooLarge(bytes: Int, limit: Int)
+
+    public var description: String {
+        switch self {
+        case .emptyName: return "the event name is empty"
+        case .nameTooLong(let bytes, let limit): return "the event name is \(bytes) bytes; the limit is \(limit)"
+        case .invalidName(let name): return "the event name \(name.debugDescription) contains control characters"
+        case .invalidKey(let path): return "invalid parameter key at \(path) (empty, over 256 bytes or with control characters)"
+        case .nonFiniteNumber(let path): return "the number at \(path) is NaN or infinite"
+        case .nestingTooDeep(let path, let limit): return "parameters nest deeper than \(limit) levels at \(path)"
+        case .tooLarge(let bytes, let limit): return "the encoded event is \(bytes) bytes; the limit is \(limit)"
+        }
+    }
+}

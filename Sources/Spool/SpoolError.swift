@@ -1,0 +1,44 @@
+/// Library-level failures, with messages a user can act on.
+///
+/// Errors that come straight from SQLite are ``SQLiteError`` instead.
+public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The database file could not be opened or created (missing or unwritable
+    /// directory, permissions). The file is left as it was.
+    case cannotOpen(path: String, reason: String)
+    /// The file exists but is not a SQLite database. It is never overwritten.
+    case notADatabase(path: String)
+    /// The database was written by a newer Spool whose schema this library
+    /// does not know. The file is left untouched; upgrade the library.
+    case schemaTooNew(path: String, version: Int, latestKnown: Int)
+    /// A setting that must hold could not be applied (for example WAL mode).
+    case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
+    /// The engine or database was closed.
+    case closed
+    /// The engine was used before ``EventEngine/start()`` where that is not allowed.
+    case notStarted
+    /// The event was rejected before it was stored; nothing else was affected.
+    case invalidEvent(EventValidationError)
+    /// A configuration value is out of range.
+    case invalidConfiguration(String)
+
+    public var description: String {
+        switch self {
+        case .cannotOpen(let path, let reason):
+            return "Cannot open the Spool database at \(path): \(reason)"
+        case .notADatabase(let path):
+            return "\(path) is not a SQLite database; Spool left it untouched"
+        case .schemaTooNew(let path, let version, let latestKnown):
+            return "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
+        case .pragmaNotApplied(let path, let pragma, let expected, let actual):
+            return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
+        case .closed:
+            return "The Spool engine is closed"
+        case .notStarted:
+            return "The Spool engine has not been started"
+        case .invalidEvent(let reason):
+            return "Invalid event: \(reason)"
+        case .invalidConfiguration(let reason):
+            return "Invalid configuration: \(reason)"
+        }
+    }
+}

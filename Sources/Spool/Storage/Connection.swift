@@ -1,0 +1,204 @@
+import CSQLite
+import Foundation
+
+/// How much a commit survives.
+public enum SynchronousMode: String, Sendable, Hashable, Codable {
+    /// `PRAGMA synchronous = NORMAL` in WAL mode: a committed event survives the
+    /// app crashing or being killed; the last commits before a power cut or OS
+    /// crash can be lost (the database stays consistent). The default.
+    case normal
+    /// `PRAGMA synchronous = FULL`: every commit is fsynced, so it also survives
+    /// a power cut, at the cost of one fdatasync per transaction (group commit
+    /// shares it between all events in the transaction).
+    case full
+
+    var pragmaValue: Int { self == .normal ? 1 : 2 }
+}
+
+/// Options applied and checked when a connection opens.
+struct ConnectionOptions: Sendable {
+    var synchronous: SynchronousMode = .normal
+    /// How long a statement waits for another process's lock (an app
+    /// extension sharing the file) before failing with `SQLITE_BUSY`.
+    var busyTimeoutMilliseconds: Int32 = 5_000
+}
+
+/// One SQLite connection. Not Sendable: it is owned by one serial executor
+/// (``DatabaseQueue``) and every `sqlite3_*` call happens there.
+final class Connection {
+    /// The path as given (`:memory:` for an in-memory database).
+    let path: String
+    let handle: OpaquePointer
+    private var statements: [String: Statement] = [:]
+    private var isClosed = false
+
+    var isInMemory: Bool { path == ":memory:" }
+
+    /// Opens (creating with mode 0600 if missing) and configures the database.
+    ///
+    /// - Throws: ``SpoolError/cannotOpen(path:reason:)`` for a missing or
+    ///   unwritable directory, ``SpoolError/notADatabase(path:)`` for a file
+    ///   that is not SQLite, ``SpoolError/pragmaNotApplied(path:pragma:expected:actual:)``
+    ///   when WAL or another setting does not take. The file is never deleted
+    ///   or overwritten.
+    init(path: String, options: ConnectionOptions) throws {
+        self.path = path
+        if path != ":memory:" {
+            try Connection.createFileIfMissing(path)
+        }
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close_v2(handle)  // close the handle even when open fails
+            throw SpoolError.cannotOpen(path: path, reason: message)
+        }
+        self.handle = handle
+        sqlite3_extended_result_codes(handle, 1)
+        do {
+            try configure(options)
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    deinit {
+        close()
+    }
+
+    /// Creates a missing database file with mode 0600 (events can be personal
+    /// data); SQLite gives the -wal and -shm files the same mode.
+    private static func createFileIfMissing(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            Foundation.close(fd)
+            return
+        }
+        let code = errno
+        if code == EEXIST { return }
+        throw SpoolError.cannotOpen(path: path, reason: String(cString: strerror(code)))
+    }
+
+    private func configure(_ options: ConnectionOptions) throws {
+        sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
+        // The first read of the file: a file that is not SQLite fails here,
+        // before anything could write to it.
+        do {
+            _ = try scalarInt("PRAGMA schema_version")
+        } catch let error as SQLiteError where error.resultCode == .notADatabase {
+            throw SpoolError.notADatabase(path: path)
+        }
+        if !isInMemory {
+            let mode = try scalarString("PRAGMA journal_mode = WAL")
+            guard mode.lowercased() == "wal" else {
+                throw SpoolError.pragmaNotApplied(path: path, pragma: "journal_mode", expected: "wal", actual: mode)
+            }
+        }
+        // Pragma arguments cannot be bound; these are integers from our own enum.
+        try execute("PRAGMA synchronous = \(options.synchronous.pragmaValue)")
+        let synchronous = try scalarInt("PRAGMA synchronous")
+        guard synchronous == options.synchronous.pragmaValue else {
+            throw SpoolError.pragmaNotApplied(
+                path: path, pragma: "synchronous", expected: "\(options.synchronous.pragmaValue)", actual: "\(synchronous)")
+        }
+        try execute("PRAGMA foreign_keys = ON")
+        guard try scalarInt("PRAGMA foreign_keys") == 1 else {
+            throw SpoolError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")
+        }
+    }
+
+    /// Finalizes every cached statement and closes the handle. Idempotent.
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        for statement in statements.values { statement.finalize() }
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    // MARK: - Errors
+
+    /// The one path from a SQLite result code to a thrown ``SQLiteError``.
+    func check(_ code: Int32, sql: String? = nil) throws {
+        if code != SQLITE_OK && code != SQLITE_ROW && code != SQLITE_DONE {
+            throw error(code, sql: sql)
+        }
+    }
+
+    func error(_ code: Int32, sql: String?) -> SQLiteError {
+        let extended = sqlite3_extended_errcode(handle)
+        // The connection's last error can be stale; trust `code` for the primary.
+        let resolved = (extended & 0xFF) == (code & 0xFF) ? extended : code
+        return SQLiteError(extendedResultCode: resolved, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    // MARK: - Statements
+
+    /// A cached prepared statement for `sql`, reset and unbound.
+    func cachedStatement(_ sql: String) throws -> Statement {
+        if let statement = statements[sql] { return statement }
+        let statement = try Statement(connection: self, sql: sql, persistent: true)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs `body` with a cached statement and resets it afterwards, whatever
+    /// happens.
+    @discardableResult
+    func withStatement<T>(_ sql: String, _ body: (Statement) throws -> T) throws -> T {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        return try body(statement)
+    }
+
+    /// Executes SQL with no bound values (schema, pragmas, transaction control).
+    /// Can hold several statements.
+    func execute(_ sql: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &message)
+        if code != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_free(message)
+            throw SQLiteError(extendedResultCode: sqlite3_extended_errcode(handle), message: text, sql: sql)
+        }
+    }
+
+    func scalarInt(_ sql: String) throws -> Int {
+        try withStatement(sql) { statement in
+            try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
+    func scalarString(_ sql: String) throws -> String {
+        try withStatement(sql) { statement in
+            try statement.step() ? statement.string(at: 0) : ""
+        }
+    }
+
+    // MARK: - Transactions
+
+    var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: committed when it
+    /// returns, rolled back when it throws.
+    func transaction<T>(_ body: () throws -> T) throws -> T {
+        try withStatement("BEGIN IMMEDIATE") { try $0.step() }
+        let result: T
+        do {
+            result = try body()
+            try withStatement("COMMIT") { try $0.step() }
+        } catch {
+            if isInTransaction { _ = try? withStatement("ROLLBACK") { try $0.step() } }
+            throw error
+        }
+        return result
+    }
+
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    var changes: Int { Int(sqlite3_changes(handle)) }
+}
+
+@available(*, unavailable, message: "A connection belongs to one serial executor; use DatabaseQueue")
+extension Connection: Sendable {}

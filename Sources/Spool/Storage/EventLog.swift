@@ -1,0 +1,240 @@
+import Foundation
+
+/// The durable, append-only event log with group commit.
+///
+/// `append` is O(1) for the caller: it takes a lock, buffers the event and, if
+/// the writer is idle, wakes it. The writer runs on the database's serial
+/// queue and commits everything buffered in one `BEGIN IMMEDIATE` transaction
+/// (up to ``maximumGroupSize`` rows), so under load each transaction and its
+/// sync cost is shared by many events, and when idle there is no timer wait.
+///
+/// The log order is the order appends were accepted. A failed commit (disk
+/// full, I/O error) fails the callers awaiting those events and keeps the
+/// events buffered, in order, for the next attempt; nothing is dropped.
+@_spi(Internals) public final class EventLog: Sendable {
+    /// The most rows one transaction commits; the rest wait for the next one.
+    static let maximumGroupSize = 4_096
+
+    typealias CommitHandler = @Sendable ([StoredEvent]) -> Void
+
+    private struct Pending {
+        let ticket: UInt64
+        let id: String
+        let record: EventRecord
+    }
+
+    private struct Waiter {
+        let ticket: UInt64
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var buffer: [Pending] = []
+        var nextTicket: UInt64 = 1
+        var durableThrough: UInt64 = 0
+        var commitScheduled = false
+        var waiters: [Waiter] = []
+        var consecutiveFailures = 0
+        var lastFailure: (any Error)?
+        var random = FastRandom()
+        var closed = false
+        var commitHandler: CommitHandler?
+    }
+
+    @_spi(Internals) public let database: DatabaseQueue
+    private let state = Protected(State())
+
+    @_spi(Internals) public init(database: DatabaseQueue) {
+        self.database = database
+    }
+
+    /// Called on the database queue after each successful commit, with the
+    /// committed events in log order.
+    func setCommitHandler(_ handler: CommitHandler?) {
+        state.withLock { $0.commitHandler = handler }
+    }
+
+    // MARK: - Appending
+
+    /// Buffers one event for the next group commit and returns at once.
+    ///
+    /// - Throws: ``SpoolError/closed`` after ``close()``.
+    @discardableResult
+    @_spi(Internals) public func append(_ record: EventRecord) throws -> AppendReceipt {
+        let milliseconds = UInt64(max(0, record.recordedAt * 1000))
+        let (high, low) = state.withLock { ($0.random.next(), $0.random.next()) }
+        // Format outside the lock; take the ticket and buffer under one hold,
+        // so the buffer is always in ticket order.
+        let id = EventID.make(milliseconds: milliseconds, random: high, low)
+        let (ticket, wake) = try state.withLock { state in
+            guard !state.closed else { throw SpoolError.closed }
+            let ticket = state.nextTicket
+            state.nextTicket += 1
+            state.buffer.append(Pending(ticket: ticket, id: id, record: record))
+            let wake = !state.commitScheduled
+            state.commitScheduled = true
+            return (ticket, wake)
+        }
+        if wake { scheduleCommit(after: 0) }
+        return AppendReceipt(ticket: ticket, id: id)
+    }
+
+    /// Returns once every event up to and including `receipt` is committed.
+    ///
+    /// - Throws: the commit's error if the transaction holding the event
+    ///   failed. The event stays buffered and is retried; a later successful
+    ///   `waitUntilDurable` proves it landed.
+    @_spi(Internals) public func waitUntilDurable(_ receipt: AppendReceipt) async throws {
+        try await waitUntilDurable(ticket: receipt.ticket)
+    }
+
+    /// Returns once everything appended so far is committed.
+    @_spi(Internals) public func waitUntilAllDurable() async throws {
+        let last = state.withLock { $0.nextTicket - 1 }
+        try await waitUntilDurable(ticket: last)
+    }
+
+    private func waitUntilDurable(ticket: UInt64) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let immediate: Result<Void, any Error>? = state.withLock { state in
+                if ticket <= state.durableThrough { return .success(()) }
+                state.waiters.append(Waiter(ticket: ticket, continuation: continuation))
+                return nil
+            }
+            if let immediate { continuation.resume(with: immediate) }
+        }
+    }
+
+    /// Events accepted but not yet committed.
+    var bufferedCount: Int { state.withLock { $0.buffer.count } }
+
+    // MARK: - The writer
+
+    private func scheduleCommit(after delay: TimeInterval) {
+        let body: @Sendable (Connection?) -> Void = { [self] connection in
+            guard let connection else { return failAll(SpoolError.closed) }
+            commitBuffered(connection)
+        }
+        if delay > 0 { database.asyncAfter(delay, body) } else { database.async(body) }
+    }
+
+    /// Commits what is buffered, on the database queue.
+    private func commitBuffered(_ connection: Connection) {
+        let batch: ArraySlice<Pending> = state.withLock { state in
+            let count = min(state.buffer.count, Self.maximumGroupSize)
+            let batch = state.buffer[..<count]
+            state.buffer.removeFirst(count)
+            return batch
+        }
+        guard let last = batch.last else {
+            rescheduleIfNeeded(afterFailure: false)
+            return
+        }
+        do {
+            let committed = try write(batch, connection)
+            let (ready, handler) = state.withLock { state in
+                state.durableThrough = last.ticket
+                state.consecutiveFailures = 0
+                state.lastFailure = nil
+                let ready = state.waiters.filter { $0.ticket <= last.ticket }
+                state.waiters.removeAll { $0.ticket <= last.ticket }
+                return (ready, state.commitHandler)
+            }
+            for waiter in ready { waiter.continuation.resume() }
+            handler?(committed)
+            rescheduleIfNeeded(afterFailure: false)
+        } catch {
+            let failed = state.withLock { state in
+                // Back at the front, in the same order, for the next attempt.
+                state.buffer.insert(contentsOf: batch, at: 0)
+                state.consecutiveFailures += 1
+                state.lastFailure = error
+                let failed = state.waiters.filter { $0.ticket <= last.ticket }
+                state.waiters.removeAll { $0.ticket <= last.ticket }
+                return failed
+            }
+            for waiter in failed { waiter.continuation.resume(throwing: error) }
+            rescheduleIfNeeded(afterFailure: true)
+        }
+    }
+
+    private func rescheduleIfNeeded(afterFailure: Bool) {
+        let delay: TimeInterval? = state.withLock { state in
+            if state.buffer.isEmpty {
+                state.commitScheduled = false
+                return nil
+            }
+            guard afterFailure else { return 0 }
+            // 50 ms, doubling, at most 5 s between attempts.
+            return min(5, 0.05 * pow(2, Double(min(state.consecutiveFailures - 1, 10))))
+        }
+        if let delay { scheduleCommit(after: delay) }
+    }
+
+    private func write(_ batch: ArraySlice<Pending>, _ connection: Connection) throws -> [StoredEvent] {
+        var committed: [StoredEvent] = []
+        committed.reserveCapacity(batch.count)
+        try connection.transaction {
+            let insert = try connection.cachedStatement(
+                """
+                INSERT INTO events (id, name, parameters, recorded_at, session_id, priority) \
+                VALUES (?, ?, ?, ?, ?, ?)
+                """)
+            defer { insert.reset() }
+            var historyCount = 0
+            for pending in batch {
+                let record = pending.record
+                try insert.bind(pending.id, at: 1)
+                try insert.bind(record.name, at: 2)
+                try insert.bind(record.parametersJSON, at: 3)
+                try insert.bind(record.recordedAt, at: 4)
+                try insert.bind(record.sessionID, at: 5)
+                try insert.bind(record.priority, at: 6)
+                try insert.step()
+                insert.reset()
+                committed.append(
+                    StoredEvent(
+                        seq: connection.lastInsertRowID, id: pending.id, name: record.name,
+                        parametersJSON: record.parametersJSON, recordedAt: record.recordedAt,
+                        sessionID: record.sessionID, priority: record.priority))
+                if record.addsToHistory { historyCount += 1 }
+            }
+            if historyCount > 0 {
+                try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES (?, ?)") { history in
+                    for pending in batch where pending.record.addsToHistory {
+                        try history.bind(pending.record.name, at: 1)
+                        try history.bind(pending.record.recordedAt, at: 2)
+                        try history.step()
+                        history.reset()
+                    }
+                }
+            }
+        }
+        return committed
+    }
+
+    private func failAll(_ error: any Error) {
+        let waiters = state.withLock { state in
+            defer { state.waiters.removeAll() }
+            state.commitScheduled = false
+            return state.waiters
+        }
+        for waiter in waiters { waiter.continuation.resume(throwing: error) }
+    }
+
+    // MARK: - Closing
+
+    /// Stops accepting appends and waits until everything buffered is
+    /// committed.
+    ///
+    /// - Throws: the last commit error if the buffer could not be committed;
+    ///   the events remain buffered only in memory and are lost when the
+    ///   process ends, so callers should report it.
+    @_spi(Internals) public func close() async throws {
+        let last = state.withLock { state in
+            state.closed = true
+            return state.nextTicket - 1
+        }
+        try await waitUntilDurable(ticket: last)
+    }
+}

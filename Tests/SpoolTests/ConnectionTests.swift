@@ -1,0 +1,106 @@
+import CSQLite
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+struct ConnectionTests {
+    @Test func pragmasAreAppliedAndChecked() throws {
+        let directory = TemporaryDirectory()
+        let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
+        defer { connection.close() }
+        #expect(try connection.scalarString("PRAGMA journal_mode") == "wal")
+        #expect(try connection.scalarInt("PRAGMA synchronous") == 1)
+        #expect(try connection.scalarInt("PRAGMA busy_timeout") == 5_000)
+        #expect(try connection.scalarInt("PRAGMA foreign_keys") == 1)
+    }
+
+    @Test func fullSynchronousOnRequest() throws {
+        let directory = TemporaryDirectory()
+        let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions(synchronous: .full))
+        defer { connection.close() }
+        #expect(try connection.scalarInt("PRAGMA synchronous") == 2)
+    }
+
+    @Test func newFilesAreCreatedWithMode0600() throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        try database.sync { try $0.execute("CREATE TABLE IF NOT EXISTS t (x)") }
+        let attributes = try FileManager.default.attributesOfItem(atPath: directory.databaseURL.path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let wal = try FileManager.default.attributesOfItem(atPath: directory.databaseURL.path + "-wal")
+        #expect((wal[.posixPermissions] as? Int) == 0o600)
+        database.close()
+    }
+
+    @Test func missingDirectoryIsATypedErrorNamingThePath() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.file("no/such/dir/spool.sqlite")
+        #expect {
+            _ = try DatabaseQueue(location: .file(path))
+        } throws: { error in
+            guard case SpoolError.cannotOpen(let failedPath, let reason) = error else { return false }
+            return failedPath == path.path && reason.contains("No such file")
+        }
+    }
+
+    @Test func unwritableDirectoryIsATypedError() throws {
+        guard getuid() != 0 else { return }  // root can write anywhere
+        let directory = TemporaryDirectory()
+        try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: directory.url.path)
+        defer { try? FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.url.path) }
+        #expect(throws: SpoolError.self) { _ = try DatabaseQueue(location: .file(directory.databaseURL)) }
+    }
+
+    @Test func aFileThatIsNotSQLiteIsNeverOverwritten() throws {
+        let directory = TemporaryDirectory()
+        let contents = Data(String(repeating: "these are my holiday photos, not a database\n", count: 200).utf8)
+        try contents.write(to: directory.databaseURL)
+        #expect(throws: SpoolError.notADatabase(path: directory.databaseURL.path)) {
+            _ = try DatabaseQueue(location: .file(directory.databaseURL))
+        }
+        #expect(try Data(contentsOf: directory.databaseURL) == contents)
+        #expect(!FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal"))
+    }
+
+    @Test func sqliteErrorsCarryCodeMessageAndSQLButNoValues() throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        defer { database.close() }
+        let secret = "user@example.com"
+        #expect {
+            try database.sync { connection in
+                try connection.withStatement(
+                    "INSERT INTO events (id, name, parameters, recorded_at) VALUES (?, ?, ?, ?)"
+                ) { statement in
+                    try statement.bind("id", at: 1)
+                    try statement.bind("name", at: 2)
+                    try statement.bind("{not json \(secret)", at: 3)
+                    try statement.bind(1.0, at: 4)
+                    try statement.step()
+                }
+            }
+        } throws: { error in
+            guard let error = error as? SQLiteError else { return false }
+            return error.resultCode == .constraint && error.sql?.contains("INSERT INTO events") == true
+                && !error.description.contains(secret) && error.message.contains("CHECK")
+        }
+    }
+
+    @Test func transactionsRollBackWhenTheBodyThrows() throws {
+        struct Boom: Error {}
+        let database = try DatabaseQueue(location: .inMemory)
+        defer { database.close() }
+        try database.sync { connection in
+            try connection.execute("CREATE TABLE t (x INTEGER) STRICT")
+            #expect(throws: Boom.self) {
+                try connection.transaction {
+                    try connection.execute("INSERT INTO t VALUES (1)")
+                    throw Boom()
+                }
+            }
+            #expect(try connection.scalarInt("SELECT count(*) FROM t") == 0)
+            #expect(!connection.isInTransaction)
+        }
+    }
+}

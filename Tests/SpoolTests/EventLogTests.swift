@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+struct EventLogTests {
+    @Test func appendedEventsAreDurableInAcceptanceOrder() async throws {
+        let directory = TemporaryDirectory()
+        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let receipts = try await log.appendDurably(500)
+        try await log.close()
+        log.database.close()
+
+        // Reopen: everything is there, in order, ids intact.
+        let reopened = try DatabaseQueue(location: .file(directory.databaseURL))
+        defer { reopened.close() }
+        let events = try reopened.sync { try $0.readEvents(after: 0, limit: 10_000) }
+        #expect(events.map(\.id) == receipts.map(\.id))
+        #expect(events.map(\.seq) == Array(1...500))
+        #expect(Set(events.map(\.id)).count == 500)
+    }
+
+    @Test func concurrentAppendsKeepTheOrderTheyWereAccepted() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        let receipts = Protected<[AppendReceipt]>([])
+        await withTaskGroup(of: Void.self) { group in
+            for thread in 0..<8 {
+                group.addTask {
+                    for index in 0..<500 {
+                        let receipt = try! log.append(
+                            EventRecord(name: "t\(thread)", parametersJSON: #"{"i":\#(index)}"#, recordedAt: 1))
+                        receipts.withLock { $0.append(receipt) }
+                    }
+                }
+            }
+        }
+        try await log.waitUntilAllDurable()
+        let events = try await log.readEvents(after: 0, limit: 10_000)
+        let byTicket = receipts.withLock { $0 }.sorted { $0.ticket < $1.ticket }
+        #expect(events.count == 4_000)
+        #expect(events.map(\.id) == byTicket.map(\.id))
+        // Within one appender, its own events are in its order.
+        for thread in 0..<8 {
+            let mine = events.filter { $0.name == "t\(thread)" }.map(\.parametersJSON)
+            #expect(mine == (0..<500).map { #"{"i":\#($0)}"# })
+        }
+    }
+
+    @Test func idsAreTimeOrderedVersion7() throws {
+        var random = FastRandom(seed: 42)
+        let id = EventID.make(milliseconds: 1_700_000_000_123, random: random.next(), random.next())
+        #expect(id.count == 36)
+        #expect(Array(id)[14] == "7")
+        #expect("89ab".contains(Array(id)[19]))
+        #expect(EventID.milliseconds(of: id) == 1_700_000_000_123)
+        #expect(UUID(uuidString: id) != nil)
+        let later = EventID.make(milliseconds: 1_700_000_000_124, random: 0, 0)
+        let earlier = EventID.make(milliseconds: 1_700_000_000_123, random: .max, .max)
+        #expect(earlier < later)
+    }
+
+    @Test func consumersAdvanceAndTheFinishedPrefixIsDeletedInTheSameTransaction() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        try await log.appendDurably(100)
+        #expect(try await log.registerConsumer("uploader", startingAt: .oldest) == 0)
+        #expect(try await log.registerConsumer("listener", startingAt: .oldest) == 0)
+
+        // One consumer ahead: nothing is deleted yet.
+        #expect(try await log.advanceConsumer("uploader", to: 60) == 0)
+        #expect(try await log.countEvents(after: 0) == 100)
+        // Both past 40: the first 40 go.
+        #expect(try await log.advanceConsumer("listener", to: 40) == 40)
+        #expect(try await log.countEvents(after: 0) == 60)
+        // Positions never move backwards.
+        try await log.advanceConsumer("uploader", to: 10)
+        #expect(try await log.position(of: "uploader") == 60)
+        let next = try await log.readEvents(after: 40, limit: 5)
+        #expect(next.map(\.seq) == [41, 42, 43, 44, 45])
+    }
+
+    @Test func positionsAreNeverReusedAfterTheLogEmpties() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        try await log.appendDurably(10)
+        _ = try await log.registerConsumer("uploader", startingAt: .oldest)
+        try await log.advanceConsumer("uploader", to: 10)
+        #expect(try await log.countEvents(after: 0) == 0)
+        try await log.appendDurably(3)
+        let events = try await log.readEvents(after: 10, limit: 10)
+        #expect(events.map(\.seq) == [11, 12, 13])
+        // A consumer registered at the end starts after everything ever assigned.
+        #expect(try await log.registerConsumer("late", startingAt: .end) == 13)
+    }
+
+    @Test func readStopsBeforeTheByteBudgetButAlwaysReturnsOne() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        try await log.appendDurably(10, name: "n")
+        let perEvent = sampleParameters(0).utf8.count + 1
+        let three = try await log.readEvents(after: 0, limit: 100, maxBytes: perEvent * 3 + 1)
+        #expect(three.count == 3)
+        let one = try await log.readEvents(after: 0, limit: 100, maxBytes: 1)
+        #expect(one.count == 1)
+    }
+
+    @Test func historyRowsAreWrittenInTheSameCommit() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        try log.append(EventRecord(name: "a", parametersJSON: "{}", recordedAt: 10, addsToHistory: true))
+        try log.append(EventRecord(name: "b", parametersJSON: "{}", recordedAt: 11, addsToHistory: false))
+        try await log.waitUntilAllDurable()
+        let names = try log.database.sync { try $0.scalarString("SELECT group_concat(name) FROM event_history") }
+        #expect(names == "a")
+    }
+
+    @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        let log = EventLog(database: database)
+        try await log.appendDurably(5)
+        // A real SQLITE_FULL: cap the file at its current size.
+        try database.sync { connection in
+            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let pages = try connection.scalarInt("PRAGMA page_count")
+            _ = try connection.scalarInt("PRAGMA max_page_count = \(pages)")
+        }
+        let big = String(repeating: "x", count: 20_000)
+        var receipts: [AppendReceipt] = []
+        for index in 0..<50 {
+            receipts.append(
+                try log.append(EventRecord(name: "big", parametersJSON: #"{"i":\#(index),"pad":"\#(big)"}"#, recordedAt: 1)))
+        }
+        await #expect {
+            try await log.waitUntilDurable(receipts[receipts.count - 1])
+        } throws: { error in
+            (error as? SQLiteError)?.resultCode == .full
+        }
+        #expect(log.bufferedCount == 50)
+        // Space comes back: the retry commits everything, in order.
+        try database.sync { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        try await log.waitUntilDurable(receipts[receipts.count - 1])
+        let events = try await log.readEvents(after: 5, limit: 100)
+        #expect(events.map(\.id) == receipts.map(\.id))
+        try await log.close()
+        database.close()
+    }
+
+    @Test func appendsAfterCloseAreRefused() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        try await log.appendDurably(1)
+        try await log.close()
+        #expect(throws: SpoolError.closed) {
+            try log.append(EventRecord(name: "late", parametersJSON: "{}", recordedAt: 1))
+        }
+        log.database.close()
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+/// A temporary directory for one test's database files, removed when the
+/// value goes away.
+final class TemporaryDirectory: Sendable {
+    let url: URL
+
+    init(_ label: String = #function) {
+        let name = "spool-test-\(label.filter { $0.isLetter || $0.isNumber })-\(UUID().uuidString.prefix(8))"
+        url = FileManager.default.temporaryDirectory.appending(path: name)
+        try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: url)
+    }
+
+    /// A database file inside the directory (not created).
+    var databaseURL: URL { url.appending(path: "spool.sqlite") }
+
+    func file(_ name: String) -> URL { url.appending(path: name) }
+}
+
+/// Runs a program and returns its exit status and standard output.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let output = Pipe()
+    let error = Pipe()
+    let inputPipe = Pipe()
+    process.standardOutput = output
+    process.standardError = error
+    process.standardInput = inputPipe
+    try process.run()
+    if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
+    try inputPipe.fileHandleForWriting.close()
+    let outData = output.fileHandleForReading.readDataToEndOfFile()
+    let errData = error.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+}
+
+/// The directory the test binaries and the package's executables are built into.
+var buildProductsDirectory: URL {
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var directory = executable.deletingLastPathComponent()
+    // macOS: …/SpoolPackageTests.xctest/Contents/MacOS/SpoolPackageTests
+    while directory.pathExtension == "xctest" || directory.lastPathComponent == "MacOS" || directory.lastPathComponent == "Contents" {
+        directory.deleteLastPathComponent()
+    }
+    return directory
+}
+
+/// A JSON object with `count` small parameters, as stored.
+func sampleParameters(_ index: Int) -> String {
+    #"{"index":\#(index),"screen":"home","price":9.99}"#
+}
+
+extension EventLog {
+    /// Appends `count` events named `name` and waits for them to be durable.
+    @discardableResult
+    func appendDurably(_ count: Int, name: String = "test", startingAt start: Int = 0) async throws -> [AppendReceipt] {
+        var receipts: [AppendReceipt] = []
+        for index in start..<(start + count) {
+            receipts.append(
+                try append(
+                    EventRecord(name: name, parametersJSON: sampleParameters(index), recordedAt: Date().timeIntervalSince1970)))
+        }
+        try await waitUntilAllDurable()
+        return receipts
+    }
+}
