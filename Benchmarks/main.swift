@@ -1,1 +1,50 @@
-print("bench")
+import Foundation
+
+// spool-bench [--quick] [--output PATH] [--only AREA]
+//
+// Measures Spool beside baselines written directly against SQLite, in the same
+// run, and prints ratios: machines here are noisy, absolute numbers are not
+// comparable between runs.
+
+var quick = false
+var output = "spool-bench-results.json"
+var only: String?
+var phase: String?
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    switch argument {
+    case "--quick": quick = true
+    case "--output": output = arguments.popFirst() ?? output
+    case "--only": only = arguments.popFirst()
+    case "--phase": phase = arguments.popFirst()
+    case "-h", "--help":
+        print("usage: spool-bench [--quick] [--output PATH] [--only append]")
+        exit(0)
+    default:
+        print("unknown argument \(argument); see --help")
+        exit(2)
+    }
+}
+
+#if DEBUG
+    print("warning: a debug build; run `swift run -c release spool-bench` for real numbers")
+#endif
+
+let report = Report()
+if let phase {
+    // A child run measuring one phase in a fresh process (see Report.runIsolated).
+    report.emitsJSONLines = true
+    switch phase {
+    case "append-backlog": try await AppendBenchmarks(quick: quick, report: report).backlogCost()
+    default: fatalError("unknown phase \(phase)")
+    }
+    exit(0)
+}
+let started = Date()
+print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
+if only == nil || only == "append" {
+    try await AppendBenchmarks(quick: quick, report: report).run()
+}
+report.printTable()
+try report.write(to: output, quick: quick)
+print("results written to \(output) in \(formatNumber(Date().timeIntervalSince(started))) s")

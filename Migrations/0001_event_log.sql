@@ -10,12 +10,13 @@ CREATE TABLE schema_migrations (
 ) STRICT;
 
 -- The append-only event log: one row per accepted event, in the order the
--- appends were accepted. AUTOINCREMENT keeps positions from being reused after
--- the log is emptied, so a consumer's position never points past new events.
--- There is deliberately no index on id: seq is the key, and lookups by id are
--- rare (a collector deduplicates on it, Spool does not).
+-- appends were accepted. The writer assigns seq from log_head (below), so
+-- positions are never reused after the log is emptied and a consumer's
+-- position never points past new events. There is deliberately no index on
+-- id: seq is the key, and lookups by id are rare (a collector deduplicates on
+-- it, Spool does not).
 CREATE TABLE events (
-    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq         INTEGER PRIMARY KEY,
     id          TEXT NOT NULL,
     name        TEXT NOT NULL,
     parameters  TEXT NOT NULL CHECK (json_valid(parameters)),
@@ -23,6 +24,13 @@ CREATE TABLE events (
     session_id  TEXT,
     priority    INTEGER NOT NULL DEFAULT 0 CHECK (priority IN (0, 1))
 ) STRICT;
+
+-- The highest log position ever assigned, updated once per commit. One row.
+CREATE TABLE log_head (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    last_seq INTEGER NOT NULL
+) STRICT;
+INSERT INTO log_head (id, last_seq) VALUES (1, 0);
 
 -- One row per consumer of the log (the uploader, each durable listener): the
 -- last position it finished. Events at or below every position are deleted.

@@ -48,5 +48,7 @@ swift += "    ]\n}\n"
 
 let output = URL(fileURLWithPath: outputPath)
 if (try? String(contentsOf: output, encoding: .utf8)) != swift {
-    do { try swift.write(to: output, atomically: true, encoding: .utf8) } catch { fail("cannot write \(outputPath): \(error)") }
+    do { try swift.write(to: output, atomically: true, encoding: .utf8) } catch {
+        fail("cannot write \(outputPath): \(error)")
+    }
 }

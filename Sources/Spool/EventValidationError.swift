@@ -20,7 +20,8 @@ public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvert
         case .emptyName: return "the event name is empty"
         case .nameTooLong(let bytes, let limit): return "the event name is \(bytes) bytes; the limit is \(limit)"
         case .invalidName(let name): return "the event name \(name.debugDescription) contains control characters"
-        case .invalidKey(let path): return "invalid parameter key at \(path) (empty, over 256 bytes or with control characters)"
+        case .invalidKey(let path):
+            return "invalid parameter key at \(path) (empty, over 256 bytes or with control characters)"
         case .nonFiniteNumber(let path): return "the number at \(path) is NaN or infinite"
         case .nestingTooDeep(let path, let limit): return "parameters nest deeper than \(limit) levels at \(path)"
         case .tooLarge(let bytes, let limit): return "the encoded event is \(bytes) bytes; the limit is \(limit)"

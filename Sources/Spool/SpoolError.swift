@@ -28,7 +28,8 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
         case .notADatabase(let path):
             return "\(path) is not a SQLite database; Spool left it untouched"
         case .schemaTooNew(let path, let version, let latestKnown):
-            return "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
+            return
+                "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
         case .closed:

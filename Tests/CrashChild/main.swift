@@ -1,3 +1,4 @@
+import Foundation
 // spool-crash-child DATABASE_PATH RUN_TAG
 //
 // Appends events forever, in groups from several concurrent tasks, and prints
@@ -5,7 +6,6 @@
 // durability). The crash tests SIGKILL this process at random moments and check
 // that every acknowledged event is in the database exactly once and in order.
 @_spi(Internals) import Spool
-import Foundation
 
 /// Writes straight to the file descriptor: nothing sits in a buffer at SIGKILL.
 func emit(_ text: String) {

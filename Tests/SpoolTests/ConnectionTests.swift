@@ -17,7 +17,8 @@ struct ConnectionTests {
 
     @Test func fullSynchronousOnRequest() throws {
         let directory = TemporaryDirectory()
-        let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions(synchronous: .full))
+        let connection = try Connection(
+            path: directory.databaseURL.path, options: ConnectionOptions(synchronous: .full))
         defer { connection.close() }
         #expect(try connection.scalarInt("PRAGMA synchronous") == 2)
     }

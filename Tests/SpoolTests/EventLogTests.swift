@@ -130,7 +130,8 @@ struct EventLogTests {
         var receipts: [AppendReceipt] = []
         for index in 0..<50 {
             receipts.append(
-                try log.append(EventRecord(name: "big", parametersJSON: #"{"i":\#(index),"pad":"\#(big)"}"#, recordedAt: 1)))
+                try log.append(
+                    EventRecord(name: "big", parametersJSON: #"{"i":\#(index),"pad":"\#(big)"}"#, recordedAt: 1)))
         }
         await #expect {
             try await log.waitUntilDurable(receipts[receipts.count - 1])

@@ -31,9 +31,11 @@ struct MigrationTests {
         let database = try DatabaseQueue(location: .file(directory.databaseURL))
         defer { database.close() }
         try database.sync { connection in
-            let before = try connection.scalarString("SELECT group_concat(version || ':' || applied_at) FROM schema_migrations")
+            let before = try connection.scalarString(
+                "SELECT group_concat(version || ':' || applied_at) FROM schema_migrations")
             try migrator.migrate(connection)
-            let after = try connection.scalarString("SELECT group_concat(version || ':' || applied_at) FROM schema_migrations")
+            let after = try connection.scalarString(
+                "SELECT group_concat(version || ':' || applied_at) FROM schema_migrations")
             #expect(before == after)
         }
     }
@@ -57,7 +59,9 @@ struct MigrationTests {
             try migrator.migrate(connection)
             #expect(try migrator.currentVersion(connection) == migrator.latestVersion)
             if hasEvents {
-                #expect(try connection.scalarString("SELECT name || json_extract(parameters, '$.a') FROM events") == "kept1")
+                #expect(
+                    try connection.scalarString("SELECT name || json_extract(parameters, '$.a') FROM events") == "kept1"
+                )
                 #expect(try connection.scalarInt("SELECT count(*) FROM consumers") == 1)
                 #expect(try connection.scalarInt("SELECT count(*) FROM event_history") == 1)
             }
@@ -77,7 +81,8 @@ struct MigrationTests {
         }
         let before = try Data(contentsOf: directory.databaseURL)
         #expect(
-            throws: SpoolError.schemaTooNew(path: directory.databaseURL.path, version: newer, latestKnown: migrator.latestVersion)
+            throws: SpoolError.schemaTooNew(
+                path: directory.databaseURL.path, version: newer, latestKnown: migrator.latestVersion)
         ) {
             _ = try DatabaseQueue(location: .file(directory.databaseURL))
         }

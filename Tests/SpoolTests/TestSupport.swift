@@ -26,7 +26,9 @@ final class TemporaryDirectory: Sendable {
 
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
-func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (status: Int32, output: String, error: String) {
+func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
+    status: Int32, output: String, error: String
+) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
@@ -42,7 +44,9 @@ func runProcess(_ executable: String, _ arguments: [String], input: String? = ni
     let outData = output.fileHandleForReading.readDataToEndOfFile()
     let errData = error.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    return (
+        process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self)
+    )
 }
 
 /// The directory the test binaries and the package's executables are built into.
@@ -50,7 +54,9 @@ var buildProductsDirectory: URL {
     let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     var directory = executable.deletingLastPathComponent()
     // macOS: …/SpoolPackageTests.xctest/Contents/MacOS/SpoolPackageTests
-    while directory.pathExtension == "xctest" || directory.lastPathComponent == "MacOS" || directory.lastPathComponent == "Contents" {
+    while directory.pathExtension == "xctest" || directory.lastPathComponent == "MacOS"
+        || directory.lastPathComponent == "Contents"
+    {
         directory.deleteLastPathComponent()
     }
     return directory
@@ -69,7 +75,8 @@ extension EventLog {
         for index in start..<(start + count) {
             receipts.append(
                 try append(
-                    EventRecord(name: name, parametersJSON: sampleParameters(index), recordedAt: Date().timeIntervalSince1970)))
+                    EventRecord(
+                        name: name, parametersJSON: sampleParameters(index), recordedAt: Date().timeIntervalSince1970)))
         }
         try await waitUntilAllDurable()
         return receipts

@@ -101,7 +101,8 @@ final class Connection {
         let synchronous = try scalarInt("PRAGMA synchronous")
         guard synchronous == options.synchronous.pragmaValue else {
             throw SpoolError.pragmaNotApplied(
-                path: path, pragma: "synchronous", expected: "\(options.synchronous.pragmaValue)", actual: "\(synchronous)")
+                path: path, pragma: "synchronous", expected: "\(options.synchronous.pragmaValue)",
+                actual: "\(synchronous)")
         }
         try execute("PRAGMA foreign_keys = ON")
         guard try scalarInt("PRAGMA foreign_keys") == 1 else {

@@ -25,10 +25,12 @@ public enum DatabaseLocation: Sendable, Hashable {
     // (enforced with dispatchPrecondition in debug builds).
     private let queue: DispatchQueue
     private var connection: Connection?
+    private let checkpointer: Checkpointer?
     let path: String
 
     /// Opens the database and applies every embedded migration.
-    @_spi(Internals) public convenience init(location: DatabaseLocation, synchronous: SynchronousMode = .normal) throws {
+    @_spi(Internals) public convenience init(location: DatabaseLocation, synchronous: SynchronousMode = .normal) throws
+    {
         try self.init(location: location, options: ConnectionOptions(synchronous: synchronous))
     }
 
@@ -36,7 +38,7 @@ public enum DatabaseLocation: Sendable, Hashable {
         self.path = location.path
         self.queue = DispatchQueue(label: "spool.database", qos: .utility)
         let path = self.path
-        self.connection = try queue.sync {
+        let connection = try queue.sync {
             let connection = try Connection(path: path, options: options)
             do {
                 try Migrator(migrations: Migration.embedded).migrate(connection)
@@ -46,10 +48,23 @@ public enum DatabaseLocation: Sendable, Hashable {
             }
             return connection
         }
+        if location == .inMemory {
+            checkpointer = nil
+        } else {
+            do {
+                let checkpointer = try Checkpointer(path: path, options: options)
+                queue.sync { checkpointer.install(on: connection) }
+                self.checkpointer = checkpointer
+            } catch {
+                queue.sync { connection.close() }
+                throw error
+            }
+        }
+        self.connection = connection
     }
 
     deinit {
-        // `close()` may not have been called; the connection closes itself.
+        close()
     }
 
     /// Runs `body` on the queue and waits for it. Never call from the queue.
@@ -94,5 +109,7 @@ public enum DatabaseLocation: Sendable, Hashable {
             connection?.close()
             connection = nil
         }
+        // Last: the checkpointer's connection then checkpoints and removes the WAL.
+        checkpointer?.close()
     }
 }

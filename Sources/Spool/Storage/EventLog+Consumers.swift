@@ -39,7 +39,7 @@ extension Connection {
     /// The highest position ever assigned (0 for a new log), including events
     /// already deleted.
     func headPosition() throws -> Int64 {
-        try withStatement("SELECT seq FROM sqlite_sequence WHERE name = 'events'") { statement in
+        try withStatement("SELECT last_seq FROM log_head WHERE id = 1") { statement in
             try statement.step() ? statement.int64(at: 0) : 0
         }
     }
@@ -124,11 +124,15 @@ extension Connection {
 // MARK: - Async front
 
 extension EventLog {
-    @_spi(Internals) public func registerConsumer(_ consumer: String, startingAt start: ConsumerStart) async throws -> Int64 {
+    @_spi(Internals) public func registerConsumer(_ consumer: String, startingAt start: ConsumerStart) async throws
+        -> Int64
+    {
         try await database.run { try $0.registerConsumer(consumer, startingAt: start) }
     }
 
-    @_spi(Internals) public func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) async throws -> [StoredEvent] {
+    @_spi(Internals) public func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) async throws
+        -> [StoredEvent]
+    {
         try await database.run { try $0.readEvents(after: position, limit: limit, maxBytes: maxBytes) }
     }
 

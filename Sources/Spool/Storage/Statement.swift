@@ -81,6 +81,12 @@ final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Resets the statement but keeps its bindings: for a loop that rebinds
+    /// every parameter before each step.
+    func resetKeepingBindings() {
+        sqlite3_reset(handle)
+    }
+
     // MARK: - Columns (0-based indexes, as in SQLite)
 
     func int64(at column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }

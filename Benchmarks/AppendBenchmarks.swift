@@ -1,0 +1,217 @@
+import Foundation
+@_spi(Internals) import Spool
+
+/// The event log: append-until-durable beside a hand-written SQLite baseline,
+/// the caller's cost per append, cost at growing backlogs, memory, and group
+/// commit under synchronous=FULL.
+struct AppendBenchmarks {
+    let quick: Bool
+    let report: Report
+
+    /// A realistic 10-key parameter object, as Spool would store it.
+    static let parameters =
+        #"{"screen":"checkout","price":19.99,"currency":"EUR","items":3,"coupon":null,"first":true,"#
+        + #""category":"shoes","sku":"SKU-48213","step":2,"at":"2026-11-29T10:15:30.123Z"}"#
+    static let name = "purchase"
+    static let session = "0190f3a2-7c1e-7b44-9a55-6f1d2e3c4b5a"
+
+    static func record(_ priority: Bool = false) -> EventRecord {
+        EventRecord(
+            name: Self.name, parametersJSON: Self.parameters, recordedAt: Date().timeIntervalSince1970,
+            sessionID: Self.session, priority: priority)
+    }
+
+    func run() async throws {
+        try await throughput()
+        try await callerCost()
+        try report.runIsolated("append-backlog", quick: quick)
+        try await groupCommitUnderFull()
+    }
+
+    // MARK: - (a) append-until-durable vs raw SQLite
+
+    /// Appends `count` events and waits until the last is durable; events/s.
+    func spoolAppendUntilDurable(count: Int, synchronous: SynchronousMode = .normal) async throws -> Double {
+        let scratch = Scratch("append")
+        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database), synchronous: synchronous))
+        let start = now()
+        for _ in 0..<count { try log.append(Self.record()) }
+        try await log.waitUntilAllDurable()
+        let elapsed = seconds(since: start)
+        try await log.close()
+        log.database.close()
+        return Double(count) / elapsed
+    }
+
+    func rawInsert(count: Int, perTransaction: Int = 1_000, synchronous: String = "NORMAL", checked: Bool = false)
+        -> Double
+    {
+        let scratch = Scratch("raw")
+        let raw = RawSQLite(path: scratch.database.path, synchronous: synchronous)
+        if checked { raw.createCheckedEventsTable() } else { raw.createPlainEventsTable() }
+        let start = now()
+        raw.insertEvents(
+            count: count, perTransaction: perTransaction, id: "0190f3a2-7c1e-7b44-9a55-6f1d2e3c4b5a",
+            name: Self.name, parameters: Self.parameters, session: Self.session)
+        return Double(count) / seconds(since: start)
+    }
+
+    func throughput() async throws {
+        let count = quick ? 100_000 : 300_000
+        let rounds = quick ? 3 : 7
+        var spool: [Double] = []
+        var raw: [Double] = []
+        var checked: [Double] = []
+        var ratios: [Double] = []
+        // Interleave the runs so drift on a noisy machine hits all alike.
+        for _ in 0..<rounds {
+            let s = try await spoolAppendUntilDurable(count: count)
+            let r = rawInsert(count: count)
+            checked.append(rawInsert(count: count, checked: true))
+            spool.append(s)
+            raw.append(r)
+            ratios.append(s / r)
+        }
+        let spoolSamples = Samples(values: spool)
+        let rawSamples = Samples(values: raw)
+        report.add(
+            Row(
+                area: "append", name: "Spool append until durable", value: spoolSamples.median, unit: "events/s",
+                detail: "median of \(rounds) × \(count), spread \(formatNumber(spoolSamples.spreadPercent))%"))
+        report.add(
+            Row(
+                area: "append", name: "raw SQLite insert, 1000 rows/txn (baseline)", value: rawSamples.median,
+                unit: "events/s", detail: "spread \(formatNumber(rawSamples.spreadPercent))%"))
+        report.add(
+            Row(
+                area: "append", name: "raw SQLite, Spool's CHECKs, 1000 rows/txn",
+                value: Samples(values: checked).median,
+                unit: "events/s", detail: "what the schema's constraints cost, for reference"))
+        report.add(
+            Row(
+                area: "append", name: "ratio Spool / raw SQLite", value: Samples(values: ratios).median, unit: "×",
+                detail: "median of per-round ratios", target: 0.7, comparison: .atLeast))
+    }
+
+    // MARK: - (b) caller cost
+
+    func callerCost() async throws {
+        let scratch = Scratch("caller")
+        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        let chunks = quick ? 50 : 200
+        var samples: [Double] = []
+        samples.reserveCapacity(chunks * 1_000)
+        for _ in 0..<chunks {
+            for _ in 0..<1_000 {
+                let event = Self.record()
+                let start = now()
+                let receipt = try log.append(event)
+                samples.append(Double(now() - start))
+                blackHole(receipt)
+            }
+            try await log.waitUntilAllDurable()
+        }
+        try await log.close()
+        log.database.close()
+        let stats = Samples(values: samples)
+        report.add(
+            Row(
+                area: "append", name: "caller cost per append (median)", value: stats.median / 1_000, unit: "µs",
+                detail: "p99 \(formatNumber(stats.percentile(0.99) / 1_000)) µs over \(samples.count) calls",
+                target: 2, comparison: .atMost))
+    }
+
+    // MARK: - (c) per-event cost at growing backlogs, and memory
+
+    func backlogCost() async throws {
+        let scratch = Scratch("backlog")
+        let startRSS = Double(currentRSS()) / 1_048_576
+        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        // Chunks of 10k: an app never buffers more than that in a few ms, and
+        // the in-memory buffer is not what this phase measures.
+        let measured = 10_000
+        let rounds = quick ? 5 : 11
+        var appended = 0
+        var costs: [Int: Double] = [:]
+        for backlog in [10_000, 100_000, 1_000_000] {
+            while appended < backlog {
+                let chunk = min(10_000, backlog - appended)
+                for _ in 0..<chunk { try log.append(Self.record()) }
+                try await log.waitUntilAllDurable()
+                appended += chunk
+            }
+            var perEvent: [Double] = []
+            for _ in 0..<rounds {
+                let start = now()
+                for _ in 0..<measured { try log.append(Self.record()) }
+                try await log.waitUntilAllDurable()
+                perEvent.append(Double(now() - start) / Double(measured) / 1_000)
+                appended += measured
+            }
+            let median = Samples(values: perEvent).median
+            costs[backlog] = median
+            report.add(
+                Row(
+                    area: "append", name: "per-event cost at \(backlog / 1_000)k backlog", value: median, unit: "µs",
+                    detail: "append until durable, median of \(rounds) × \(measured)"))
+        }
+        let total = try await log.countEvents(after: 0)
+        try await log.close()
+        log.database.close()
+        report.add(
+            Row(
+                area: "append", name: "cost at 1M backlog / cost at 10k backlog",
+                value: costs[1_000_000]! / costs[10_000]!,
+                unit: "×", target: 1.2, comparison: .atMost))
+        report.add(
+            Row(
+                area: "append", name: "peak RSS while building a 1M backlog", value: Double(peakRSS()) / 1_048_576,
+                unit: "MB", detail: "\(total) events in the log; \(formatNumber(startRSS)) MB before opening",
+                target: 30, comparison: .atMost))
+    }
+
+    // MARK: - (d) group commit under synchronous=FULL
+
+    func groupCommitUnderFull() async throws {
+        let perEventCount = quick ? 500 : 2_000
+        let perEvent = rawInsert(count: perEventCount, perTransaction: 1, synchronous: "FULL")
+        let grouped = try await spoolAppendUntilDurable(count: quick ? 50_000 : 200_000, synchronous: .full)
+        report.add(
+            Row(
+                area: "append", name: "FULL: one transaction per event (raw SQLite)", value: perEvent, unit: "events/s",
+                detail: "\(perEventCount) events, an fdatasync each"))
+        report.add(
+            Row(area: "append", name: "FULL: Spool group commit, streamed appends", value: grouped, unit: "events/s"))
+        report.add(
+            Row(
+                area: "append", name: "FULL: group commit / one transaction per event", value: grouped / perEvent,
+                unit: "×", target: 50, comparison: .atLeast))
+        let concurrent = try await concurrentAwaitingCallers(callers: 16, each: quick ? 100 : 300)
+        report.add(
+            Row(
+                area: "append", name: "FULL: 16 callers each awaiting every event", value: concurrent, unit: "events/s",
+                detail: "\(formatNumber(concurrent / perEvent))× per-event transactions"))
+    }
+
+    /// Many callers, each appending one event and awaiting its durability
+    /// before the next: the shape of `recordDurably` under load.
+    func concurrentAwaitingCallers(callers: Int, each: Int) async throws -> Double {
+        let scratch = Scratch("concurrent")
+        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database), synchronous: .full))
+        let start = now()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<callers {
+                group.addTask {
+                    for _ in 0..<each {
+                        try await log.waitUntilDurable(try log.append(Self.record()))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let rate = Double(callers * each) / seconds(since: start)
+        try await log.close()
+        log.database.close()
+        return rate
+    }
+}

@@ -1,0 +1,204 @@
+import CSQLite
+import Foundation
+
+// MARK: - Clock and keeping results alive
+
+/// Monotonic nanoseconds.
+@inline(__always)
+func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// Keeps a value alive so the optimizer cannot drop the work that made it.
+@inline(never)
+func blackHole<T>(_ value: T) {
+    withExtendedLifetime(value) {}
+}
+
+func seconds(since start: UInt64) -> Double {
+    Double(now() - start) / 1e9
+}
+
+// MARK: - Statistics
+
+struct Samples {
+    var values: [Double]
+
+    var sorted: [Double] { values.sorted() }
+    var median: Double { percentile(0.5) }
+    var min: Double { values.min() ?? .nan }
+    var max: Double { values.max() ?? .nan }
+
+    func percentile(_ p: Double) -> Double {
+        let sorted = self.sorted
+        guard !sorted.isEmpty else { return .nan }
+        let index = Swift.min(sorted.count - 1, Swift.max(0, Int((Double(sorted.count - 1) * p).rounded())))
+        return sorted[index]
+    }
+
+    /// (max - min) / median, as a percentage: how noisy the runs were.
+    var spreadPercent: Double { median == 0 ? 0 : (max - min) / median * 100 }
+}
+
+// MARK: - Memory
+
+/// Peak resident set size of this process (VmHWM), in bytes.
+func peakRSS() -> Int {
+    residentField("VmHWM:")
+}
+
+/// Current resident set size (VmRSS), in bytes.
+func currentRSS() -> Int {
+    residentField("VmRSS:")
+}
+
+private func residentField(_ field: String) -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in status.split(separator: "\n") where line.hasPrefix(field) {
+        let digits = line.split(separator: " ").dropFirst().first { Int($0) != nil }
+        return (digits.flatMap { Int($0) } ?? 0) * 1024
+    }
+    return 0
+}
+
+/// Resets the kernel's peak-RSS mark so a phase can measure its own peak.
+func resetPeakRSS() {
+    try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+}
+
+// MARK: - Results
+
+/// One row of the results table.
+struct Row: Codable {
+    enum Comparison: String, Codable {
+        case atLeast = "≥"
+        case atMost = "≤"
+    }
+
+    var area: String
+    var name: String
+    var value: Double
+    var unit: String
+    var detail: String = ""
+    var target: Double? = nil
+    var comparison: Comparison? = nil
+
+    var passed: Bool? {
+        guard let target, let comparison else { return nil }
+        switch comparison {
+        case .atLeast: return value >= target
+        case .atMost: return value <= target
+        }
+    }
+}
+
+final class Report {
+    private(set) var rows: [Row] = []
+    /// In a child phase, rows go to standard output as JSON for the parent.
+    var emitsJSONLines = false
+
+    func add(_ row: Row) {
+        rows.append(row)
+        if emitsJSONLines {
+            let data = try! JSONEncoder().encode(row)
+            print("ROW " + String(decoding: data, as: UTF8.self))
+        } else {
+            print(format(row))
+        }
+    }
+
+    /// Runs `phase` in a fresh child process (this executable with `--phase`),
+    /// so its memory measurements start clean, and adds the rows it reports.
+    func runIsolated(_ phase: String, quick: Bool) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["--phase", phase] + (quick ? ["--quick"] : [])
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw NSError(
+                domain: "spool-bench", code: Int(process.terminationStatus),
+                userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
+        }
+        for line in String(decoding: output, as: UTF8.self).split(separator: "\n") where line.hasPrefix("ROW ") {
+            add(try JSONDecoder().decode(Row.self, from: Data(line.dropFirst(4).utf8)))
+        }
+    }
+
+    func format(_ row: Row) -> String {
+        var verdict = ""
+        if let passed = row.passed, let target = row.target, let comparison = row.comparison {
+            verdict = "\(passed ? "PASS" : "FAIL") (target \(comparison.rawValue) \(formatNumber(target)))"
+        }
+        return
+            "\(pad(row.area, 9)) \(pad(row.name, 52)) \(pad(formatNumber(row.value), 12, left: true)) \(pad(row.unit, 10)) \(pad(verdict, 26)) \(row.detail)"
+    }
+
+    func printTable() {
+        print("")
+        print(String(repeating: "=", count: 120))
+        print(
+            "\(pad("area", 9)) \(pad("measurement", 52)) \(pad("value", 12, left: true)) \(pad("unit", 10)) \(pad("target", 26)) detail"
+        )
+        print(String(repeating: "-", count: 120))
+        for row in rows { print(format(row)) }
+        print(String(repeating: "=", count: 120))
+        let judged = rows.compactMap(\.passed)
+        print("\(judged.filter { $0 }.count) of \(judged.count) targets met")
+    }
+
+    func write(to path: String, quick: Bool) throws {
+        struct File: Codable {
+            var date: String
+            var quick: Bool
+            var cores: Int
+            var sqliteVersion: String
+            var rows: [Row]
+        }
+        let file = File(
+            date: ISO8601DateFormatter().string(from: Date()), quick: quick,
+            cores: ProcessInfo.processInfo.activeProcessorCount,
+            sqliteVersion: String(cString: sqlite3_libversion()), rows: rows)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(file).write(to: URL(fileURLWithPath: path))
+    }
+}
+
+func formatNumber(_ value: Double) -> String {
+    if value.isNaN { return "n/a" }
+    if abs(value) >= 100 { return String(format: "%.0f", value) }
+    if abs(value) >= 10 { return String(format: "%.1f", value) }
+    return String(format: "%.2f", value)
+}
+
+func pad(_ text: String, _ width: Int, left: Bool = false) -> String {
+    let count = text.count
+    guard count < width else { return text }
+    let padding = String(repeating: " ", count: width - count)
+    return left ? padding + text : text + padding
+}
+
+// MARK: - Scratch files
+
+/// A fresh directory for one benchmark's database files.
+final class Scratch {
+    let url: URL
+
+    init(_ name: String) {
+        url = FileManager.default.temporaryDirectory.appending(
+            path: "spool-bench-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    var database: URL { url.appending(path: "bench.sqlite") }
+
+    deinit {
+        try? FileManager.default.removeItem(at: url)
+    }
+}
