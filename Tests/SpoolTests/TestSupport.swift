@@ -82,3 +82,56 @@ extension EventLog {
         return receipts
     }
 }
+
+/// A listener that keeps what it receives.
+final class CollectingListener: EventListener {
+    struct Received: Sendable, Hashable {
+        let name: String
+        let parameters: [String: EventValue]
+        let timestamp: TimeInterval
+    }
+
+    let label: String
+    let received = Protected<[Received]>([])
+    let onEvent: (@Sendable (CollectingListener, Received) -> Void)?
+
+    init(_ label: String = "", onEvent: (@Sendable (CollectingListener, Received) -> Void)? = nil) {
+        self.label = label
+        self.onEvent = onEvent
+    }
+
+    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+        let event = Received(name: name, parameters: parameters, timestamp: timestamp)
+        received.withLock { $0.append(event) }
+        onEvent?(self, event)
+    }
+
+    var names: [String] { received.withLock { $0.map(\.name) } }
+    /// Names without the engine's own session_start.
+    var customNames: [String] { names.filter { $0 != EventEngine.sessionStartEventName } }
+}
+
+/// An engine on a temporary file (or in memory), started.
+func startedEngine(
+    _ directory: TemporaryDirectory? = nil, configure: (inout EngineConfiguration) -> Void = { _ in },
+    before: (EventEngine) -> Void = { _ in }
+) async throws -> EventEngine {
+    var configuration = EngineConfiguration(database: directory.map { .file($0.databaseURL) } ?? .inMemory)
+    configure(&configuration)
+    let engine = EventEngine(configuration: configuration)
+    before(engine)
+    try await engine.start()
+    return engine
+}
+
+extension EventEngine {
+    /// Runs SQL against the engine's database, on its queue.
+    func query<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        let log = try #require(state.withLock { $0.log })
+        return try await log.database.run(body)
+    }
+
+    func storedNames() async throws -> [String] {
+        try await query { try $0.readEvents(after: 0, limit: .max).map(\.name) }
+    }
+}

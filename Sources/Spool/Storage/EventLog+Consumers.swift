@@ -109,6 +109,43 @@ extension Connection {
         }
     }
 
+    /// Deletes the oldest events beyond `maximum` (counted back from `head`),
+    /// moving every consumer that had not finished them past them and counting
+    /// what it lost in `consumers.dropped`. Runs inside the append transaction.
+    func enforceRetention(maximum: Int, head: Int64) throws {
+        let boundary = head - Int64(maximum)
+        guard boundary > 0 else { return }
+        let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
+            try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
+        }
+        guard let oldest, oldest <= boundary else { return }
+        try withStatement(
+            """
+            UPDATE consumers SET dropped = dropped + (? - max(position, ? - 1)), position = ?, updated_at = ? \
+            WHERE position < ?
+            """
+        ) { statement in
+            try statement.bind(boundary, at: 1)
+            try statement.bind(oldest, at: 2)
+            try statement.bind(boundary, at: 3)
+            try statement.bind(Date().timeIntervalSince1970, at: 4)
+            try statement.bind(boundary, at: 5)
+            try statement.step()
+        }
+        try withStatement("DELETE FROM events WHERE seq <= ?") { statement in
+            try statement.bind(boundary, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// How many events `consumer` lost to the retention bound.
+    func droppedCount(of consumer: String) throws -> Int {
+        try withStatement("SELECT dropped FROM consumers WHERE id = ?") { statement in
+            try statement.bind(consumer, at: 1)
+            return try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
     /// Removes a consumer's row, so it no longer holds events back.
     func removeConsumer(_ consumer: String) throws {
         try transaction {

@@ -15,7 +15,7 @@ import Foundation
     /// The most rows one transaction commits; the rest wait for the next one.
     static let maximumGroupSize = 4_096
 
-    typealias CommitHandler = @Sendable ([StoredEvent]) -> Void
+    typealias CommitHandler = @Sendable ([CommittedEvent]) -> Void
 
     private struct Pending {
         let ticket: UInt64
@@ -38,6 +38,7 @@ import Foundation
         var random = FastRandom()
         var closed = false
         var commitHandler: CommitHandler?
+        var maximumRetainedEvents: Int?
     }
 
     @_spi(Internals) public let database: DatabaseQueue
@@ -45,6 +46,14 @@ import Foundation
 
     @_spi(Internals) public init(database: DatabaseQueue) {
         self.database = database
+    }
+
+    /// Bounds the log: when it holds more than `maximum` events, the oldest
+    /// give way at the next commit, and each consumer that had not finished
+    /// them has its position moved past them and its `dropped` count raised.
+    /// `nil` keeps everything until every consumer has finished it.
+    func setMaximumRetainedEvents(_ maximum: Int?) {
+        state.withLock { $0.maximumRetainedEvents = maximum }
     }
 
     /// Called on the database queue after each successful commit, with the
@@ -104,6 +113,9 @@ import Foundation
         }
     }
 
+    /// How many appends were accepted so far.
+    var acceptedCount: UInt64 { state.withLock { $0.nextTicket - 1 } }
+
     /// Events accepted but not yet committed.
     var bufferedCount: Int { state.withLock { $0.buffer.count } }
 
@@ -137,8 +149,10 @@ import Foundation
                     state.consecutiveFailures = 0
                     return (takeWaiters(through: last, from: &state), state.commitHandler)
                 }
-                for waiter in ready { waiter.continuation.resume() }
+                // The handler first: once a caller sees its event durable, the
+                // event is already on its way to listeners.
                 if let handler { handler(committed()) }
+                for waiter in ready { waiter.continuation.resume() }
                 start = group.endIndex
             } catch {
                 let failed = state.withLock { state in
@@ -177,7 +191,8 @@ import Foundation
 
     /// Inserts one group in one transaction and returns a builder for the
     /// committed rows (only called when someone listens).
-    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> () -> [StoredEvent] {
+    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> () -> [CommittedEvent] {
+        let maximumRetained = state.withLock { $0.maximumRetainedEvents }
         var firstSeq: Int64 = 0
         #if !DEBUG
             // The schema's CHECKs (json_valid, priority in 0/1) guard every other
@@ -219,6 +234,7 @@ import Foundation
                 try head.bind(seq, at: 1)
                 try head.step()
             }
+            if let maximumRetained { try connection.enforceRetention(maximum: maximumRetained, head: seq) }
             if historyCount > 0 {
                 try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES (?, ?)") { history in
                     for pending in group where pending.record.addsToHistory {
@@ -235,9 +251,11 @@ import Foundation
             return group.map { pending in
                 defer { seq += 1 }
                 let record = pending.record
-                return StoredEvent(
-                    seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
-                    recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority)
+                return CommittedEvent(
+                    stored: StoredEvent(
+                        seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
+                        recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority),
+                    parameters: record.parameters)
             }
         }
     }

@@ -24,11 +24,24 @@ public struct StoredEvent: Sendable, Hashable {
     public var priority: Bool = false
     /// Also add the event to the user's event history (survey rules).
     public var addsToHistory: Bool = false
+    /// The parameters the JSON was encoded from, handed to the commit handler
+    /// so listeners need not parse the JSON again. Not stored.
+    var parameters: [String: EventValue]?
 
     public init(
         name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
         priority: Bool = false, addsToHistory: Bool = false
     ) {
+        self.init(
+            name: name, parametersJSON: parametersJSON, recordedAt: recordedAt, sessionID: sessionID,
+            priority: priority, addsToHistory: addsToHistory, parameters: nil)
+    }
+
+    init(
+        name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
+        priority: Bool = false, addsToHistory: Bool = false, parameters: [String: EventValue]?
+    ) {
+        self.parameters = parameters
         self.name = name
         self.parametersJSON = parametersJSON
         self.recordedAt = recordedAt
@@ -36,6 +49,13 @@ public struct StoredEvent: Sendable, Hashable {
         self.priority = priority
         self.addsToHistory = addsToHistory
     }
+}
+
+/// A committed event as the commit handler sees it.
+struct CommittedEvent: Sendable {
+    let stored: StoredEvent
+    /// The in-memory parameters, when the appender supplied them.
+    let parameters: [String: EventValue]?
 }
 
 /// A receipt for one append: its place in the acceptance order and its id.

@@ -13,7 +13,7 @@ final class Protected<Value>: @unchecked Sendable {
         self.value = value
     }
 
-    @inline(__always)
+    @inline(__always) @discardableResult
     func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }

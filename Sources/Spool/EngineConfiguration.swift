@@ -1,0 +1,70 @@
+import Foundation
+
+/// Everything an ``EventEngine`` is set up with. Creating one does no I/O.
+public struct EngineConfiguration: Sendable {
+    /// Where the database lives. `.inMemory` keeps nothing across restarts.
+    public var database: DatabaseLocation
+    /// What a commit survives; see ``SynchronousMode``.
+    public var synchronous: SynchronousMode
+    /// The most events one session accepts, not counting priority events
+    /// (L12). `nil` means no limit. Events over it are not stored, delivered
+    /// or uploaded, and `record` returns ``RecordOutcome/droppedSessionLimit``.
+    public var sessionEventLimit: Int?
+    /// Events that bypass the session limit.
+    public var priorityEventNames: Set<String>
+    /// Names stored and uploaded but never delivered to listeners (L6).
+    /// Replace at run time with ``EventEngine/setExcludedEventNames(_:)``.
+    public var excludedEventNames: Set<String>
+    /// When false, nothing is recorded until ``EventEngine/setEnabled(_:)``.
+    public var enabled: Bool
+    /// The user's data-collection consent at launch (L3).
+    public var consent: Bool
+    /// The most events the log keeps for consumers that have not finished them
+    /// (durable listeners, the uploader). Past it the oldest give way and are
+    /// counted as dropped per consumer. `nil` keeps everything.
+    public var maximumRetainedEvents: Int?
+
+    public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
+
+    public init(
+        database: DatabaseLocation = .inMemory,
+        synchronous: SynchronousMode = .normal,
+        sessionEventLimit: Int? = nil,
+        priorityEventNames: Set<String> = EngineConfiguration.defaultPriorityEventNames,
+        excludedEventNames: Set<String> = [],
+        enabled: Bool = true,
+        consent: Bool = true,
+        maximumRetainedEvents: Int? = 10_000
+    ) {
+        self.database = database
+        self.synchronous = synchronous
+        self.sessionEventLimit = sessionEventLimit
+        self.priorityEventNames = priorityEventNames
+        self.excludedEventNames = excludedEventNames
+        self.enabled = enabled
+        self.consent = consent
+        self.maximumRetainedEvents = maximumRetainedEvents
+    }
+}
+
+/// What `record` did with an event that passed validation.
+public enum RecordOutcome: Sendable, Hashable {
+    /// Accepted and appended to the log under this event id.
+    case recorded(id: String)
+    /// Accepted and held in order until a session starts (L2).
+    case queuedUntilSessionStart
+    /// Dropped: the user opted out of data collection (L3).
+    case droppedOptedOut
+    /// Dropped: the engine is disabled (L3).
+    case droppedDisabled
+    /// Dropped: the session's event limit was reached (L12).
+    case droppedSessionLimit
+
+    /// True when the event will be stored.
+    public var isAccepted: Bool {
+        switch self {
+        case .recorded, .queuedUntilSessionStart: return true
+        default: return false
+        }
+    }
+}

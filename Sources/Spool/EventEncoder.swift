@@ -1,0 +1,181 @@
+/// Limits every recorded event must respect. Exceeding one is an
+/// ``EventValidationError``; nothing is stored.
+public enum EventLimits {
+    /// An event name: 1…256 UTF-8 bytes, no control characters.
+    public static let maximumNameBytes = 256
+    /// A parameter key: 1…256 UTF-8 bytes, no control characters.
+    public static let maximumKeyBytes = 256
+    /// Arrays and objects inside the parameters nest at most this deep (the
+    /// parameters object itself is level 1).
+    public static let maximumDepth = 16
+    /// The encoded parameters, in bytes: 1 MiB, so an event plus its envelope
+    /// always fits alone in one 3.5 MB upload.
+    public static let maximumEncodedBytes = 1_048_576
+}
+
+/// Encodes parameters straight from ``EventValue`` into canonical JSON bytes,
+/// validating as it goes.
+///
+/// Canonical: object keys sorted by their UTF-8 bytes, no whitespace, strings
+/// escaped per RFC 8259, integers as integers, doubles in Swift's shortest
+/// round-trip form (always with a `.` or an exponent, so they read back as
+/// doubles), dates as ISO 8601 strings with milliseconds in UTC. About ten
+/// times cheaper than `JSONEncoder` for a 10-key object.
+struct EventEncoder {
+    private var bytes: [UInt8] = []
+
+    /// Checks an event name against ``EventLimits``.
+    static func validate(name: String) throws(EventValidationError) {
+        let count = name.utf8.count
+        if count == 0 { throw .emptyName }
+        if count > EventLimits.maximumNameBytes {
+            throw .nameTooLong(bytes: count, limit: EventLimits.maximumNameBytes)
+        }
+        if name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw .invalidName(name) }
+    }
+
+    /// The canonical JSON object for `parameters`.
+    static func encode(_ parameters: [String: EventValue]) throws(EventValidationError) -> String {
+        var encoder = EventEncoder()
+        encoder.bytes.reserveCapacity(64 + parameters.count * 24)
+        try encoder.writeObject(parameters, depth: 1)
+        if encoder.bytes.count > EventLimits.maximumEncodedBytes {
+            throw .tooLarge(bytes: encoder.bytes.count, limit: EventLimits.maximumEncodedBytes)
+        }
+        return String(decoding: encoder.bytes, as: UTF8.self)
+    }
+
+    // MARK: - Values
+
+    private mutating func write(_ value: EventValue, depth: Int) throws(EventValidationError) {
+        switch value {
+        case .string(let string): writeString(string)
+        case .int(let int): writeInt(int)
+        case .double(let double):
+            guard double.isFinite else { throw .nonFiniteNumber(path: "") }
+            bytes.append(contentsOf: double.description.utf8)
+        case .bool(let bool): bytes.append(contentsOf: bool ? Self.true : Self.false)
+        case .null: bytes.append(contentsOf: Self.null)
+        case .date(let date):
+            bytes.append(UInt8(ascii: "\""))
+            ISO8601Milliseconds.append(date, to: &bytes)
+            bytes.append(UInt8(ascii: "\""))
+        case .array(let array): try writeArray(array, depth: depth + 1)
+        case .object(let object): try writeObject(object, depth: depth + 1)
+        }
+        if bytes.count > EventLimits.maximumEncodedBytes {
+            throw .tooLarge(bytes: bytes.count, limit: EventLimits.maximumEncodedBytes)
+        }
+    }
+
+    private static let `true`: [UInt8] = Array("true".utf8)
+    private static let `false`: [UInt8] = Array("false".utf8)
+    private static let null: [UInt8] = Array("null".utf8)
+
+    private mutating func writeArray(_ array: [EventValue], depth: Int) throws(EventValidationError) {
+        guard depth <= EventLimits.maximumDepth else {
+            throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
+        }
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in array.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            do {
+                try write(element, depth: depth)
+            } catch {
+                throw error.prefixed(with: "[\(index)]")
+            }
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    private mutating func writeObject(_ object: [String: EventValue], depth: Int) throws(EventValidationError) {
+        guard depth <= EventLimits.maximumDepth else {
+            throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
+        }
+        bytes.append(UInt8(ascii: "{"))
+        let entries = object.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        for (index, entry) in entries.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            let keyBytes = entry.key.utf8.count
+            guard keyBytes > 0, keyBytes <= EventLimits.maximumKeyBytes,
+                !entry.key.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
+            else {
+                throw .invalidKey(path: "." + entry.key.debugDescription)
+            }
+            writeString(entry.key)
+            bytes.append(UInt8(ascii: ":"))
+            do {
+                try write(entry.value, depth: depth)
+            } catch {
+                throw error.prefixed(with: "." + entry.key)
+            }
+        }
+        bytes.append(UInt8(ascii: "}"))
+    }
+
+    // MARK: - Scalars
+
+    private mutating func writeString(_ string: String) {
+        bytes.append(UInt8(ascii: "\""))
+        var string = string
+        string.withUTF8 { utf8 in
+            var runStart = 0
+            for index in 0..<utf8.count {
+                let byte = utf8[index]
+                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<index]))
+                runStart = index + 1
+                bytes.append(UInt8(ascii: "\\"))
+                switch byte {
+                case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
+                case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\"))
+                case 0x0A: bytes.append(UInt8(ascii: "n"))
+                case 0x0D: bytes.append(UInt8(ascii: "r"))
+                case 0x09: bytes.append(UInt8(ascii: "t"))
+                case 0x08: bytes.append(UInt8(ascii: "b"))
+                case 0x0C: bytes.append(UInt8(ascii: "f"))
+                default:
+                    let hex: StaticString = "0123456789abcdef"
+                    bytes.append(contentsOf: [UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                    bytes.append(hex.utf8Start[Int(byte >> 4)])
+                    bytes.append(hex.utf8Start[Int(byte & 0xF)])
+                }
+            }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func writeInt(_ int: Int) {
+        if int == 0 {
+            bytes.append(UInt8(ascii: "0"))
+            return
+        }
+        var magnitude = int.magnitude
+        if int < 0 { bytes.append(UInt8(ascii: "-")) }
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes ≥ 20 digits
+        let count = withUnsafeMutableBytes(of: &digits) { raw -> Int in
+            var count = 0
+            while magnitude > 0 {
+                raw[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            }
+            for index in stride(from: count - 1, through: 0, by: -1) { bytes.append(raw[index]) }
+            return count
+        }
+        _ = count
+    }
+}
+
+extension EventValidationError {
+    /// The same error with `component` put in front of its path.
+    func prefixed(with component: String) -> EventValidationError {
+        switch self {
+        case .invalidKey(let path): return .invalidKey(path: component + path)
+        case .nonFiniteNumber(let path): return .nonFiniteNumber(path: component + path)
+        case .nestingTooDeep(let path, let limit): return .nestingTooDeep(path: component + path, limit: limit)
+        default: return self
+        }
+    }
+}

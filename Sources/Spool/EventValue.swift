@@ -1,0 +1,129 @@
+import Foundation
+
+/// A parameter value: what `record` accepts and what listeners receive.
+///
+/// Dates are encoded once, at record time, as ISO 8601 strings with
+/// milliseconds in UTC (`2026-11-29T10:15:30.123Z`); listeners, the history and
+/// the collector all see that string, never a `Date` (L7).
+public enum EventValue: Sendable, Hashable {
+    case string(String)
+    case int(Int)
+    case double(Double)
+    case bool(Bool)
+    case date(Date)
+    case array([EventValue])
+    case object([String: EventValue])
+    case null
+}
+
+// MARK: - Literals
+
+extension EventValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: EventValue...) { self = .array(elements) }
+    public init(nilLiteral: ()) { self = .null }
+
+    public init(dictionaryLiteral elements: (String, EventValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+    }
+}
+
+// MARK: - Accessors
+
+extension EventValue {
+    public var stringValue: String? {
+        if case .string(let value) = self { return value }
+        return nil
+    }
+
+    public var intValue: Int? {
+        if case .int(let value) = self { return value }
+        return nil
+    }
+
+    public var doubleValue: Double? {
+        switch self {
+        case .double(let value): return value
+        case .int(let value): return Double(value)
+        default: return nil
+        }
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let value) = self { return value }
+        return nil
+    }
+
+    /// The value as listeners receive it: dates replaced by their ISO 8601
+    /// strings, everything else unchanged.
+    public var delivered: EventValue {
+        switch self {
+        case .date(let date): return .string(ISO8601Milliseconds.string(from: date))
+        case .array(let values): return values.containsDate ? .array(values.map(\.delivered)) : self
+        case .object(let object): return object.containsDate ? .object(object.mapValues(\.delivered)) : self
+        default: return self
+        }
+    }
+
+    var containsDate: Bool {
+        switch self {
+        case .date: return true
+        case .array(let values): return values.containsDate
+        case .object(let object): return object.containsDate
+        default: return false
+        }
+    }
+}
+
+extension Array where Element == EventValue {
+    var containsDate: Bool { contains { $0.containsDate } }
+}
+
+extension Dictionary where Key == String, Value == EventValue {
+    var containsDate: Bool { values.contains { $0.containsDate } }
+
+    /// The parameters as listeners receive them (dates as strings).
+    var delivered: [String: EventValue] { containsDate ? mapValues(\.delivered) : self }
+}
+
+// MARK: - Codable
+
+extension EventValue: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int.self) {
+            self = .int(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .double(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([EventValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: EventValue].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .string(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .bool(let value): try container.encode(value)
+        case .date(let value): try container.encode(ISO8601Milliseconds.string(from: value))
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        case .null: try container.encodeNil()
+        }
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+
+/// The one internal serial queue every listener, registration and stream is
+/// called on, in log order, after the event's commit (L8).
+///
+/// Events reach it from the event log's commit handler in commit groups. A
+/// listener that records an event from inside its callback only appends to
+/// the log; that event comes back through here later, so delivery never
+/// recurses (L5).
+final class DeliveryQueue: @unchecked Sendable {
+    // Safe: `durables` and `log` are only touched on `queue` (after `init`).
+    let queue = DispatchQueue(label: "spool.delivery", qos: .utility)
+    private let observers: EventObservers
+    private let policy: @Sendable () -> DeliveryPolicy
+    private var durables: [String: DurableState] = [:]
+    private var log: EventLog?
+
+    /// What may be delivered right now.
+    struct DeliveryPolicy {
+        var consent: Bool
+        var excluded: Set<String>
+
+        /// flush_event (the heartbeat) and excluded names are stored and
+        /// uploaded but never delivered (L6); nothing is while opted out (L3).
+        func allows(_ name: String) -> Bool {
+            consent && name != EventEngine.heartbeatEventName && !excluded.contains(name)
+        }
+    }
+
+    private struct DurableState {
+        let durable: EventObservers.Durable
+        var deliveredThrough: Int64
+        var savedThrough: Int64
+    }
+
+    /// How many stored events one catch-up read fetches.
+    static let catchUpPage = 256
+
+    init(observers: EventObservers, policy: @escaping @Sendable () -> DeliveryPolicy) {
+        self.observers = observers
+        self.policy = policy
+    }
+
+    func attach(_ log: EventLog) {
+        queue.async { self.log = log }
+    }
+
+    // MARK: - Live delivery
+
+    /// Delivers committed events (called on the database queue).
+    func enqueue(_ events: [CommittedEvent]) {
+        queue.async { self.deliver(events) }
+    }
+
+    private func deliver(_ events: [CommittedEvent]) {
+        let policy = self.policy()
+        for event in events {
+            let stored = event.stored
+            if policy.allows(stored.name) {
+                let parameters = event.parameters?.delivered ?? Self.parse(stored.parametersJSON)
+                deliverToObservers(stored, parameters)
+            }
+            deliverToDurables(stored, parameters: event.parameters, policy: policy)
+        }
+        savePositions()
+    }
+
+    private func deliverToObservers(_ stored: StoredEvent, _ parameters: [String: EventValue]) {
+        for entry in observers.snapshot() {
+            entry.listener?.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
+        }
+        let (named, every) = observers.registrations.snapshot(for: stored.name)
+        guard !named.isEmpty || !every.isEmpty else { return }
+        let recorded = RecordedEvent(
+            id: stored.id, seq: stored.seq, name: stored.name, parameters: parameters, timestamp: stored.recordedAt,
+            sessionID: stored.sessionID)
+        for entry in named { entry.callback(recorded) }
+        for entry in every { entry.callback(recorded) }
+    }
+
+    static func parse(_ json: String) -> [String: EventValue] {
+        (try? JSONReader.parseObject(json)) ?? [:]
+    }
+
+    // MARK: - Durable listeners
+
+    /// Starts delivering to `durable` from `position` (on the queue): first
+    /// the stored events after it, then live ones.
+    func attach(_ durable: EventObservers.Durable, at position: Int64) {
+        queue.async {
+            var state = DurableState(durable: durable, deliveredThrough: position, savedThrough: position)
+            self.catchUp(&state, before: nil, policy: self.policy())
+            self.durables[durable.id] = state
+            self.savePositions()
+        }
+    }
+
+    func detach(_ id: String) {
+        queue.async { self.durables[id] = nil }
+    }
+
+    private func deliverToDurables(_ stored: StoredEvent, parameters: [String: EventValue]?, policy: DeliveryPolicy) {
+        guard !durables.isEmpty else { return }
+        for id in durables.keys {
+            guard var state = durables[id], state.durable.listener != nil else { continue }
+            guard stored.seq > state.deliveredThrough else { continue }
+            if stored.seq > state.deliveredThrough + 1 {
+                catchUp(&state, before: stored.seq, policy: policy)
+            }
+            if policy.allows(stored.name), let listener = state.durable.listener {
+                let delivered = parameters?.delivered ?? Self.parse(stored.parametersJSON)
+                listener.onEventRecorded(stored.name, parameters: delivered, timestamp: stored.recordedAt)
+            }
+            state.deliveredThrough = stored.seq
+            durables[id] = state
+        }
+    }
+
+    /// Delivers stored events after the listener's position (and before
+    /// `limit`, when given), telling it about any that the retention bound
+    /// removed first.
+    private func catchUp(_ state: inout DurableState, before limit: Int64?, policy: DeliveryPolicy) {
+        guard let log else { return }
+        while true {
+            let after = state.deliveredThrough
+            let page: [StoredEvent]
+            do {
+                page = try log.database.sync { try $0.readEvents(after: after, limit: Self.catchUpPage) }
+            } catch {
+                return  // closed or failing: the position stays, the events are retried next time
+            }
+            let events = limit.map { limit in page.filter { $0.seq < limit } } ?? page
+            if let first = events.first, first.seq > after + 1 {
+                state.durable.onMissed?(Int(first.seq - after - 1))
+            }
+            for event in events {
+                if policy.allows(event.name), let listener = state.durable.listener {
+                    listener.onEventRecorded(
+                        event.name, parameters: Self.parse(event.parametersJSON), timestamp: event.recordedAt)
+                }
+                state.deliveredThrough = event.seq
+            }
+            if page.count < Self.catchUpPage || events.count < page.count { break }
+        }
+        // Everything between the position and `limit` was dropped.
+        if let limit, state.deliveredThrough < limit - 1 {
+            state.durable.onMissed?(Int(limit - 1 - state.deliveredThrough))
+            state.deliveredThrough = limit - 1
+        }
+    }
+
+    /// Writes advanced durable positions (and deletes the prefix every
+    /// consumer finished), off this queue.
+    private func savePositions() {
+        guard let log else { return }
+        for (id, state) in durables where state.deliveredThrough > state.savedThrough {
+            let consumer = state.durable.consumerID
+            let position = state.deliveredThrough
+            log.database.async { connection in
+                _ = try? connection?.advanceConsumer(consumer, to: position)
+            }
+            durables[id]?.savedThrough = position
+        }
+    }
+
+    // MARK: - Draining
+
+    /// Returns once everything enqueued so far has been delivered.
+    func drain() async {
+        await withCheckedContinuation { continuation in
+            queue.async { continuation.resume() }
+        }
+    }
+
+    /// Runs `body` on the delivery queue, in order with deliveries.
+    func async(_ body: @escaping @Sendable () -> Void) {
+        queue.async(execute: body)
+    }
+}
