@@ -9,22 +9,34 @@ extension EventEngine {
                     guard let connection,
                         let position = try? connection.registerConsumer(durable.consumerID, startingAt: .end)
                     else { return }
-                    delivery.attach(durable, at: position)
+                    let missed = (try? connection.takeUnreportedDrops(of: durable.consumerID)) ?? 0
+                    let head = (try? connection.headPosition()) ?? position
+                    delivery.attach(durable, at: position, head: head, missed: missed)
                 }
             }
         }
         events.durableRemoved.withLock { hook in
             hook = { id, forget in
-                delivery.detach(id)
-                guard forget else { return }
+                // Through the database queue, so it lands after an attach that
+                // an earlier addDurableObserver queued there.
                 log.database.async { connection in
+                    delivery.detach(id)
+                    guard forget else { return }
                     try? connection?.removeConsumer(EventObservers.Durable.consumerID(for: id))
                 }
             }
         }
         for durable in events.durableSnapshot() {
-            let position = try await log.registerConsumer(durable.consumerID, startingAt: .end)
-            delivery.attach(durable, at: position)
+            let consumer = durable.consumerID
+            try await log.database.run { connection in
+                let position = try connection.registerConsumer(consumer, startingAt: .end)
+                let missed = try connection.takeUnreportedDrops(of: consumer)
+                delivery.attach(durable, at: position, head: try connection.headPosition(), missed: missed)
+            }
         }
+        // Let the catch-ups finish and their positions reach the database
+        // queue before start-up appends anything, so the retention bound
+        // counts drops from where each listener really is.
+        await delivery.drain()
     }
 }

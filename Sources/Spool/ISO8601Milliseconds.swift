@@ -12,7 +12,9 @@ enum ISO8601Milliseconds {
 
     /// Appends the formatted date (without quotes) to `bytes`.
     static func append(_ date: Date, to bytes: inout [UInt8]) {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        // To the nearest millisecond: a date built from whole milliseconds is
+        // often a hair below them in binary floating point.
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
         let (days, millisecondOfDay) = floorDivide(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let second = millisecondOfDay / 1000

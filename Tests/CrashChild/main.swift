@@ -1,10 +1,15 @@
-import Foundation
-// spool-crash-child DATABASE_PATH RUN_TAG
+// spool-crash-child DATABASE_PATH RUN_TAG [--engine]
 //
-// Appends events forever, in groups from several concurrent tasks, and prints
-// "ACK <id>" for each event once its commit is acknowledged (after awaiting
-// durability). The crash tests SIGKILL this process at random moments and check
-// that every acknowledged event is in the database exactly once and in order.
+// Appends events forever and prints "ACK <id>" for each once its commit is
+// acknowledged. The crash tests SIGKILL this process at random moments and
+// check that every acknowledged event is in the database exactly once and in
+// order.
+//
+// With --engine it goes through EventEngine.recordDurably instead, with a
+// durable listener "crash" that prints "GOT <id>" for each event it finishes;
+// each event carries its own marker in the "id" parameter.
+import Foundation
+import Spool
 @_spi(Internals) import Spool
 
 /// Writes straight to the file descriptor: nothing sits in a buffer at SIGKILL.
@@ -12,14 +17,37 @@ func emit(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+final class Printer: EventListener {
+    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+        if let id = parameters["id"]?.stringValue { emit("GOT \(id)") }
+    }
+}
+
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
-    FileHandle.standardError.write(Data("usage: spool-crash-child DATABASE_PATH RUN_TAG\n".utf8))
+    FileHandle.standardError.write(Data("usage: spool-crash-child DATABASE_PATH RUN_TAG [--engine]\n".utf8))
     exit(2)
 }
-let database = try DatabaseQueue(location: .file(URL(fileURLWithPath: arguments[1])))
-let log = EventLog(database: database)
+let url = URL(fileURLWithPath: arguments[1])
 let tag = arguments[2]
+
+if arguments.contains("--engine") {
+    let engine = EventEngine(configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil))
+    let printer = Printer()
+    engine.events.addDurableObserver(printer, id: "crash")
+    try await engine.start()
+    emit("READY")
+    var counter = 0
+    while true {
+        counter += 1
+        let marker = "\(tag)-\(counter)"
+        _ = try await engine.recordDurably("crash_event", parameters: ["id": .string(marker), "n": .int(counter)])
+        emit("ACK \(marker)")
+    }
+}
+
+let database = try DatabaseQueue(location: .file(url))
+let log = EventLog(database: database)
 emit("READY")
 
 var counter = 0

@@ -85,11 +85,17 @@ final class DeliveryQueue: @unchecked Sendable {
     // MARK: - Durable listeners
 
     /// Starts delivering to `durable` from `position` (on the queue): first
-    /// the stored events after it, then live ones.
-    func attach(_ durable: EventObservers.Durable, at position: Int64) {
+    /// the stored events after it up to `head` (the log's head when the
+    /// position was read), then live ones. `missed` is what the retention
+    /// bound dropped while it was away.
+    ///
+    /// Call from the database queue, so every commit after `head` reaches
+    /// this queue after the attach.
+    func attach(_ durable: EventObservers.Durable, at position: Int64, head: Int64, missed: Int) {
         queue.async {
+            if missed > 0 { durable.onMissed?(missed) }
             var state = DurableState(durable: durable, deliveredThrough: position, savedThrough: position)
-            self.catchUp(&state, before: nil, policy: self.policy())
+            self.catchUp(&state, before: head + 1, policy: self.policy())
             self.durables[durable.id] = state
             self.savePositions()
         }
@@ -131,7 +137,7 @@ final class DeliveryQueue: @unchecked Sendable {
             }
             let events = limit.map { limit in page.filter { $0.seq < limit } } ?? page
             if let first = events.first, first.seq > after + 1 {
-                state.durable.onMissed?(Int(first.seq - after - 1))
+                reportMissed(Int(first.seq - after - 1), to: state.durable)
             }
             for event in events {
                 if policy.allows(event.name), let listener = state.durable.listener {
@@ -144,9 +150,17 @@ final class DeliveryQueue: @unchecked Sendable {
         }
         // Everything between the position and `limit` was dropped.
         if let limit, state.deliveredThrough < limit - 1 {
-            state.durable.onMissed?(Int(limit - 1 - state.deliveredThrough))
+            reportMissed(Int(limit - 1 - state.deliveredThrough), to: state.durable)
             state.deliveredThrough = limit - 1
         }
+    }
+
+    /// Tells a listener it missed `count` events, counted from its in-memory
+    /// position (exact), and marks the database's count for it reported.
+    private func reportMissed(_ count: Int, to durable: EventObservers.Durable) {
+        durable.onMissed?(count)
+        let consumer = durable.consumerID
+        log?.database.async { connection in try? connection?.markDropsReported(of: consumer) }
     }
 
     /// Writes advanced durable positions (and deletes the prefix every

@@ -146,6 +146,27 @@ extension Connection {
         }
     }
 
+    /// Drops not yet reported to `consumer`, marking them reported.
+    func takeUnreportedDrops(of consumer: String) throws -> Int {
+        try transaction {
+            let unreported = try withStatement("SELECT dropped - dropped_reported FROM consumers WHERE id = ?") {
+                statement in
+                try statement.bind(consumer, at: 1)
+                return try statement.step() ? statement.int(at: 0) : 0
+            }
+            if unreported > 0 { try markDropsReported(of: consumer) }
+            return unreported
+        }
+    }
+
+    /// Marks every drop counted for `consumer` as reported.
+    func markDropsReported(of consumer: String) throws {
+        try withStatement("UPDATE consumers SET dropped_reported = dropped WHERE id = ?") { statement in
+            try statement.bind(consumer, at: 1)
+            try statement.step()
+        }
+    }
+
     /// Removes a consumer's row, so it no longer holds events back.
     func removeConsumer(_ consumer: String) throws {
         try transaction {

@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+/// Durable listeners: positions in the consumers table, resumed after a
+/// restart (P1), told about events the retention bound removed.
+struct DurableListenerTests {
+    func engine(_ directory: TemporaryDirectory, retained: Int? = 10_000) -> EventEngine {
+        EventEngine(
+            configuration: EngineConfiguration(database: .file(directory.databaseURL), maximumRetainedEvents: retained))
+    }
+
+    @Test("P1: a durable listener resumes after a restart with the events it missed, before new ones")
+    func resumesAfterRestart() async throws {
+        let directory = TemporaryDirectory()
+
+        // Run 1: the listener sees a, b, c.
+        let first = CollectingListener()
+        let run1 = engine(directory)
+        run1.events.addDurableObserver(first, id: "crm")
+        try await run1.start()
+        for name in ["a", "b", "c"] { try run1.record(name) }
+        await run1.close()
+        #expect(first.customNames == ["a", "b", "c"])
+
+        // Run 2: the app runs without adding the listener; d and e happen.
+        let run2 = engine(directory)
+        try await run2.start()
+        try run2.record("d")
+        try run2.record("e")
+        await run2.close()
+
+        // Run 3: added again under the same id, it gets d, e (and run 2's
+        // session_start) before anything new.
+        let third = CollectingListener()
+        let run3 = engine(directory)
+        run3.events.addDurableObserver(third, id: "crm")
+        try await run3.start()
+        try run3.record("f")
+        try await run3.settle()
+        #expect(third.names == ["session_start", "d", "e", "session_start", "f"])
+        let position = try await run3.query { try $0.position(of: "listener:crm") }
+        let head = try await run3.query { try $0.headPosition() }
+        #expect(position == head, "its position advanced as it finished")
+        await run3.close()
+    }
+
+    @Test("P1: events are kept until every durable listener passed them, then deleted")
+    func eventsAreKeptUntilEveryConsumerPassed() async throws {
+        let directory = TemporaryDirectory()
+        let fast = CollectingListener("fast")
+        let engine = engine(directory)
+        engine.events.addDurableObserver(fast, id: "fast")
+        try await engine.start()
+        // A second durable listener that was registered once and is absent now
+        // holds the events back.
+        let absent = CollectingListener("absent")
+        engine.events.addDurableObserver(absent, id: "absent")
+        try await engine.settle()
+        engine.events.removeDurableObserver(id: "absent")
+        for index in 0..<20 { try engine.record("e\(index)") }
+        try await engine.settle()
+        try await Task.sleep(for: .milliseconds(50))  // positions are written off the delivery queue
+        let rows = try await engine.query {
+            try $0.scalarString("SELECT group_concat(id || '=' || position) FROM consumers")
+        }
+        #expect(try await engine.query { try $0.countEvents(after: 0) } >= 20, "\(rows) \(absent.names)")
+        // Forgetting it releases them.
+        engine.events.removeDurableObserver(id: "absent", forget: true)
+        try await engine.settle()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(try await engine.query { try $0.countEvents(after: 0) } == 0)
+        await engine.close()
+    }
+
+    @Test("a durable listener that fell behind the retained window is told how many events it missed")
+    func fallingBehindTheWindowIsReported() async throws {
+        let directory = TemporaryDirectory()
+        let missed = Protected(0)
+        let setup = engine(directory, retained: 100)
+        let listener = CollectingListener()
+        setup.events.addDurableObserver(listener, id: "slow")
+        try await setup.start()
+        try await setup.settle()
+        await setup.close()
+
+        // While the listener is away, 500 events arrive; the log keeps 100.
+        let busy = engine(directory, retained: 100)
+        try await busy.start()
+        for index in 0..<500 { try busy.record("e\(index)") }
+        await busy.close()
+
+        let back = engine(directory, retained: 100)
+        let returning = CollectingListener()
+        back.events.addDurableObserver(returning, id: "slow") { count in missed.withLock { $0 += count } }
+        try await back.start()
+        try await back.settle()
+        let received = returning.names.filter { $0.hasPrefix("e") }
+        #expect(received.count < 500 && !received.isEmpty)
+        #expect(received.last == "e499", "the newest events were kept")
+        // Every event after its position is accounted for: received or missed.
+        // 501 events came after its position: run 2's session_start and e0…e499.
+        #expect(missed.withLock { $0 } + received.count == 501)
+        let dropped = try await back.query { try $0.droppedCount(of: "listener:slow") }
+        #expect(dropped == missed.withLock { $0 })
+        await back.close()
+    }
+
+    @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once")
+    func resumesAfterSIGKILL() async throws {
+        let child = buildProductsDirectory.appending(path: "spool-crash-child").path
+        try #require(FileManager.default.isExecutableFile(atPath: child))
+        let directory = TemporaryDirectory()
+        var acknowledged: [String] = []
+        var deliveredBeforeKill: [String] = []
+        for round in 0..<3 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: child)
+            process.arguments = [directory.databaseURL.path, "engine\(round)", "--engine"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            try await Task.sleep(for: .milliseconds(150 + 100 * round))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            acknowledged += lines.filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
+            deliveredBeforeKill += lines.filter { $0.hasPrefix("GOT ") }.map { String($0.dropFirst(4)) }
+        }
+        #expect(!acknowledged.isEmpty)
+
+        // The next launch: the same durable listener gets everything it had
+        // not finished.
+        let received = Protected<[String]>([])
+        let resumed = CollectingListener { _, event in
+            if let id = event.parameters["id"]?.stringValue { received.withLock { $0.append(id) } }
+        }
+        let engine = engine(directory, retained: nil)
+        engine.events.addDurableObserver(resumed, id: "crash")
+        try await engine.start()
+        try await engine.settle()
+        let seen = Set(deliveredBeforeKill).union(received.withLock { $0 })
+        let lost = acknowledged.filter { !seen.contains($0) }
+        #expect(lost.isEmpty, "\(lost.count) acknowledged events never reached the durable listener")
+        await engine.close()
+    }
+}
