@@ -43,16 +43,17 @@ struct AppendBenchmarks {
         return Double(count) / elapsed
     }
 
-    func rawInsert(count: Int, perTransaction: Int = 1_000, synchronous: String = "NORMAL", checked: Bool = false)
-        -> Double
-    {
+    func rawInsert(
+        count: Int, perTransaction: Int = 1_000, synchronous: String = "NORMAL", checked: Bool = false,
+        parameters: String = AppendBenchmarks.parameters
+    ) -> Double {
         let scratch = Scratch("raw")
         let raw = RawSQLite(path: scratch.database.path, synchronous: synchronous)
         if checked { raw.createCheckedEventsTable() } else { raw.createPlainEventsTable() }
         let start = now()
         raw.insertEvents(
             count: count, perTransaction: perTransaction, id: "0190f3a2-7c1e-7b44-9a55-6f1d2e3c4b5a",
-            name: Self.name, parameters: Self.parameters, session: Self.session)
+            name: Self.name, parameters: parameters, session: Self.session)
         return Double(count) / seconds(since: start)
     }
 

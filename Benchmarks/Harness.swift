@@ -202,3 +202,20 @@ final class Scratch {
         try? FileManager.default.removeItem(at: url)
     }
 }
+
+// MARK: - A lock for listeners that collect samples
+
+final class Locked<Value>: @unchecked Sendable {
+    // Safe: `value` is only touched while `lock` is held.
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    @discardableResult
+    func withLock<T>(_ body: (inout Value) -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&value)
+    }
+}

@@ -18,7 +18,7 @@ while let argument = arguments.popFirst() {
     case "--only": only = arguments.popFirst()
     case "--phase": phase = arguments.popFirst()
     case "-h", "--help":
-        print("usage: spool-bench [--quick] [--output PATH] [--only append]")
+        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen]")
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
@@ -44,6 +44,9 @@ let started = Date()
 print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
 if only == nil || only == "append" {
     try await AppendBenchmarks(quick: quick, report: report).run()
+}
+if only == nil || only == "listen" {
+    try await ListenerBenchmarks(quick: quick, report: report).run()
 }
 report.printTable()
 try report.write(to: output, quick: quick)

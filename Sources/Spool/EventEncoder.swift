@@ -16,7 +16,7 @@ public enum EventLimits {
 /// Encodes parameters straight from ``EventValue`` into canonical JSON bytes,
 /// validating as it goes.
 ///
-/// Canonical: object keys sorted by their UTF-8 bytes, no whitespace, strings
+/// Canonical: object keys sorted (Swift's String order), no whitespace, strings
 /// escaped per RFC 8259, integers as integers, doubles in Swift's shortest
 /// round-trip form (always with a `.` or an exponent, so they read back as
 /// doubles), dates as ISO 8601 strings with milliseconds in UTC. About ten
@@ -93,7 +93,9 @@ struct EventEncoder {
             throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
         }
         bytes.append(UInt8(ascii: "{"))
-        let entries = object.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+        // String's `<` has a memcmp fast path for ASCII keys; any fixed order
+        // makes the output deterministic.
+        let entries = object.sorted { $0.key < $1.key }
         for (index, entry) in entries.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
             let keyBytes = entry.key.utf8.count

@@ -57,21 +57,22 @@ enum ISO8601Milliseconds {
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
+    /// Appends `value` zero-padded to `width` digits (more if it needs them).
     private static func digits(_ value: Int64, width: Int, into bytes: inout [UInt8]) {
         var value = value
         if value < 0 {
             bytes.append(UInt8(ascii: "-"))
             value = -value
         }
-        var buffer: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &buffer) { raw in
-            repeat {
-                raw[count] = UInt8(ascii: "0") + UInt8(value % 10)
-                value /= 10
-                count += 1
-            } while (value > 0 || count < width) && count < 8
-            for index in stride(from: count - 1, through: 0, by: -1) { bytes.append(raw[index]) }
+        var divisor: Int64 = 1
+        var count = 1
+        while count < width || divisor * 10 <= value {
+            divisor *= 10
+            count += 1
+        }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
         }
     }
 }

@@ -124,7 +124,9 @@ struct EventEncoderTests {
         case 0: return .string(randomString(&random, maxLength: 12))
         case 1: return .int(Int(truncatingIfNeeded: random.next()) >> Int(random.next() % 64))
         case 2:
-            let special: [Double] = [0, -0.0, 1e-300, .leastNonzeroMagnitude, .greatestFiniteMagnitude, .nan, .infinity, 0.1, -2.5]
+            let special: [Double] = [
+                0, -0.0, 1e-300, .leastNonzeroMagnitude, .greatestFiniteMagnitude, .nan, .infinity, 0.1, -2.5,
+            ]
             return random.next() % 4 == 0
                 ? .double(special[Int(random.next() % UInt64(special.count))])
                 : .double(Double(bitPattern: random.next() & 0x7FEF_FFFF_FFFF_FFFF) * (random.next() % 2 == 0 ? 1 : -1))

@@ -54,9 +54,11 @@ final class DeliveryQueue: @unchecked Sendable {
 
     private func deliver(_ events: [CommittedEvent]) {
         let policy = self.policy()
+        let hasObservers = !observers.snapshot().isEmpty || !observers.registrations.isEmpty
+        guard hasObservers || !durables.isEmpty else { return }
         for event in events {
             let stored = event.stored
-            if policy.allows(stored.name) {
+            if hasObservers && policy.allows(stored.name) {
                 let parameters = event.parameters?.delivered ?? Self.parse(stored.parametersJSON)
                 deliverToObservers(stored, parameters)
             }
@@ -189,5 +191,38 @@ final class DeliveryQueue: @unchecked Sendable {
     /// Runs `body` on the delivery queue, in order with deliveries.
     func async(_ body: @escaping @Sendable () -> Void) {
         queue.async(execute: body)
+    }
+}
+
+// MARK: - Benchmark hook
+
+extension EventEngine {
+    /// Pushes `count` synthetic committed events through the delivery queue in
+    /// commit-sized groups and returns once all are delivered: the listener
+    /// fan-out cost alone, without the commit in front of it. For spool-bench.
+    @_spi(Internals) public func deliverSyntheticEvents(
+        _ count: Int, name: String, parameters: [String: EventValue], groupSize: Int = 4_096
+    ) async {
+        let json = (try? EventEncoder.encode(parameters)) ?? "{}"
+        var seq: Int64 = 0
+        var remaining = count
+        while remaining > 0 {
+            let group = (0..<min(groupSize, remaining)).map { _ -> CommittedEvent in
+                seq += 1
+                return CommittedEvent(
+                    stored: StoredEvent(
+                        seq: seq, id: "", name: name, parametersJSON: json, recordedAt: 0, sessionID: nil,
+                        priority: false),
+                    parameters: parameters)
+            }
+            remaining -= group.count
+            delivery.enqueue(group)
+        }
+        await delivery.drain()
+    }
+
+    /// Waits until every accepted event is committed and delivered.
+    @_spi(Internals) public func waitUntilDelivered() async throws {
+        try await settle()
     }
 }

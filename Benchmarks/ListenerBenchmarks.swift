@@ -1,0 +1,160 @@
+import Foundation
+@_spi(Internals) import Spool
+
+/// `record` until durable beside raw SQLite, listener fan-out, and
+/// record→listener latency at a steady rate.
+struct ListenerBenchmarks {
+    let quick: Bool
+    let report: Report
+
+    /// Ten parameters of every common kind, a date among them.
+    static let parameters: [String: EventValue] = [
+        "screen": "checkout", "price": 19.99, "currency": "EUR", "items": 3, "coupon": nil, "first": true,
+        "category": "shoes", "sku": "SKU-48213", "step": 2, "at": .date(Date(timeIntervalSince1970: 1_764_411_330.123)),
+    ]
+
+    func run() async throws {
+        try await recordThroughput()
+        try await fanOut()
+        try await latency()
+    }
+
+    // MARK: - record until durable
+
+    func recordThroughput() async throws {
+        let count = quick ? 100_000 : 300_000
+        let rounds = quick ? 3 : 5
+        let json = ListenerBenchmarks.encodedParameters
+        var ratios: [Double] = []
+        var spool: [Double] = []
+        var raw: [Double] = []
+        var callerCost: [Double] = []
+        for _ in 0..<rounds {
+            let scratch = Scratch("record")
+            let engine = EventEngine(
+                configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
+            try await engine.start()
+            let start = now()
+            for _ in 0..<count { try engine.record("purchase", parameters: Self.parameters) }
+            let recorded = now()
+            try await engine.waitUntilDelivered()
+            let rate = Double(count) / seconds(since: start)
+            callerCost.append(Double(recorded - start) / Double(count) / 1_000)
+            await engine.close()
+            let baseline = AppendBenchmarks(quick: quick, report: report)
+            let rawRate = baseline.rawInsert(count: count, parameters: json)
+            spool.append(rate)
+            raw.append(rawRate)
+            ratios.append(rate / rawRate)
+        }
+        report.add(
+            Row(
+                area: "record", name: "record(10 parameters) until durable", value: Samples(values: spool).median,
+                unit: "events/s", detail: "median of \(rounds) × \(count)"))
+        report.add(
+            Row(
+                area: "record", name: "raw SQLite insert of the same JSON (baseline)",
+                value: Samples(values: raw).median,
+                unit: "events/s"))
+        report.add(
+            Row(
+                area: "record", name: "ratio record / raw SQLite", value: Samples(values: ratios).median, unit: "×",
+                target: 0.4, comparison: .atLeast))
+        report.add(
+            Row(
+                area: "record", name: "caller's cost per record (validate + encode + append)",
+                value: Samples(values: callerCost).median, unit: "µs", detail: "mean over a tight loop"))
+    }
+
+    /// What Spool stores for `parameters`; the baseline inserts the same bytes.
+    static var encodedParameters: String {
+        #"{"at":"2025-11-29T10:15:30.123Z","category":"shoes","coupon":null,"currency":"EUR","first":true,"items":3,"price":19.99,"screen":"checkout","sku":"SKU-48213","step":2}"#
+    }
+
+    // MARK: - fan-out
+
+    final class NoOpListener: EventListener {
+        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+            blackHole(parameters.count)
+        }
+    }
+
+    func fanOut() async throws {
+        let count = quick ? 300_000 : 1_000_000
+        let engine = EventEngine(configuration: EngineConfiguration())
+        let listeners = (0..<3).map { _ in NoOpListener() }
+        for listener in listeners { engine.events.addObserver(listener) }
+        try await engine.start()
+        var rates: [Double] = []
+        for _ in 0..<(quick ? 3 : 5) {
+            let start = now()
+            await engine.deliverSyntheticEvents(count, name: "purchase", parameters: Self.parameters)
+            rates.append(Double(count * listeners.count) / seconds(since: start))
+        }
+        // End to end: record → commit → three listeners.
+        let endToEndCount = quick ? 100_000 : 300_000
+        let start = now()
+        for _ in 0..<endToEndCount { try engine.record("purchase", parameters: Self.parameters) }
+        try await engine.waitUntilDelivered()
+        let endToEnd = Double(endToEndCount * listeners.count) / seconds(since: start)
+        await engine.close()
+        withExtendedLifetime(listeners) {}
+        report.add(
+            Row(
+                area: "listen", name: "fan-out to 3 no-op listeners (delivery queue)",
+                value: Samples(values: rates).median,
+                unit: "calls/s", detail: "commit-sized groups of \(4096), parameters with a date", target: 1_000_000,
+                comparison: .atLeast))
+        report.add(
+            Row(
+                area: "listen", name: "record → commit → 3 listeners, end to end", value: endToEnd, unit: "calls/s",
+                detail: "in-memory database"))
+    }
+
+    // MARK: - latency
+
+    final class LatencyListener: EventListener {
+        let samples = Locked<[Double]>([])
+        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+            let latency = Date().timeIntervalSince1970 - timestamp
+            samples.withLock { $0.append(latency * 1_000_000) }
+        }
+    }
+
+    func latency() async throws {
+        let scratch = Scratch("latency")
+        let engine = EventEngine(
+            configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
+        let listener = LatencyListener()
+        engine.events.addObserver(listener)
+        try await engine.start()
+        let rate = 10_000.0
+        let duration = quick ? 2.0 : 5.0
+        let total = Int(rate * duration)
+        // Ten events every millisecond, sleeping in between, as an app under
+        // heavy but steady load would (a spinning pacer would take a core).
+        let start = now()
+        for index in 0..<total {
+            if index % 10 == 0 {
+                let due = start + UInt64(index / 10) * 1_000_000
+                let current = now()
+                if current < due { usleep(UInt32((due - current) / 1_000)) }
+            }
+            try engine.record("tick", parameters: ["i": .int(index), "screen": "home"])
+        }
+        try await engine.waitUntilDelivered()
+        await engine.close()
+        // The first 100 include start-up; the rest is the steady state.
+        let samples = Samples(values: Array(listener.samples.withLock { $0 }.dropFirst(100)))
+        report.add(
+            Row(
+                area: "listen", name: "record → listener latency p50 at 10k events/s", value: samples.median,
+                unit: "µs",
+                detail: "\(samples.values.count) events, file database, synchronous=NORMAL"))
+        report.add(
+            Row(
+                area: "listen", name: "record → listener latency p99 at 10k events/s",
+                value: samples.percentile(0.99) / 1_000,
+                unit: "ms", detail: "max \(formatNumber(samples.max / 1_000)) ms", target: 1, comparison: .atMost))
+    }
+}
