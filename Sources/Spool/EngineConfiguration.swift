@@ -23,6 +23,16 @@ public struct EngineConfiguration: Sendable {
     /// (durable listeners, the uploader). Past it the oldest give way and are
     /// counted as dropped per consumer. `nil` keeps everything.
     public var maximumRetainedEvents: Int?
+    /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
+    /// feeds listeners and durable listeners).
+    public var collectorURL: URL?
+    /// What sends the batches (D8). `nil` uses a ``DefaultEventDispatcher``
+    /// with its defaults. With a `DefaultEventDispatcher`, its `batchSize` and
+    /// `timerInterval` drive the uploader and its `maxQueueSize` replaces
+    /// `maximumRetainedEvents`; a custom dispatcher gets the default batching.
+    public var dispatcher: (any EventDispatcher)?
+    /// Backoff for failed uploads.
+    public var retryPolicy: RetryPolicy
 
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
@@ -34,8 +44,14 @@ public struct EngineConfiguration: Sendable {
         excludedEventNames: Set<String> = [],
         enabled: Bool = true,
         consent: Bool = true,
-        maximumRetainedEvents: Int? = 10_000
+        maximumRetainedEvents: Int? = 10_000,
+        collectorURL: URL? = nil,
+        dispatcher: (any EventDispatcher)? = nil,
+        retryPolicy: RetryPolicy = RetryPolicy()
     ) {
+        self.collectorURL = collectorURL
+        self.dispatcher = dispatcher
+        self.retryPolicy = retryPolicy
         self.database = database
         self.synchronous = synchronous
         self.sessionEventLimit = sessionEventLimit
@@ -44,6 +60,29 @@ public struct EngineConfiguration: Sendable {
         self.enabled = enabled
         self.consent = consent
         self.maximumRetainedEvents = maximumRetainedEvents
+    }
+}
+
+extension EngineConfiguration {
+    /// An engine that uploads to `collectorURL` through `dispatcher`, keeping
+    /// its queue where the dispatcher's `backingStore` and `dataStoreName` say,
+    /// inside `directory` (D5).
+    public static func uploading(
+        to collectorURL: URL, dispatcher: DefaultEventDispatcher = DefaultEventDispatcher(), in directory: URL
+    ) -> EngineConfiguration {
+        EngineConfiguration(
+            database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
+            collectorURL: collectorURL, dispatcher: dispatcher)
+    }
+
+    /// The retention bound in force: a `DefaultEventDispatcher`'s queue size
+    /// when uploading through one.
+    var effectiveRetention: Int? {
+        if collectorURL != nil, let dispatcher = dispatcher as? DefaultEventDispatcher {
+            return dispatcher.maxQueueSize
+        }
+        if collectorURL != nil, dispatcher == nil { return DefaultEventDispatcher.defaultMaxQueueSize }
+        return maximumRetainedEvents
     }
 }
 

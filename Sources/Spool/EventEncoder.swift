@@ -118,6 +118,11 @@ struct EventEncoder {
     // MARK: - Scalars
 
     private mutating func writeString(_ string: String) {
+        Self.appendJSONString(string, to: &bytes)
+    }
+
+    /// Appends `string` as a JSON string literal, escaped per RFC 8259.
+    static func appendJSONString(_ string: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         var string = string
         string.withUTF8 { utf8 in

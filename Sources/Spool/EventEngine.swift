@@ -27,6 +27,7 @@ public final class EventEngine: Sendable {
 
     let state: Protected<State>
     let delivery: DeliveryQueue
+    let uploaderBox = Protected<Uploader?>(nil)
 
     struct State {
         enum Phase { case idle, starting, started, closed }
@@ -84,12 +85,16 @@ public final class EventEngine: Sendable {
             let configuration = self.configuration
             let database = try await Self.openDatabase(configuration)
             log = EventLog(database: database)
-            log.setMaximumRetainedEvents(configuration.maximumRetainedEvents)
+            log.setMaximumRetainedEvents(configuration.effectiveRetention)
         } catch {
             state.withLock { $0.phase = .idle }
             throw error
         }
-        log.setCommitHandler { [delivery] committed in delivery.enqueue(committed) }
+        let uploader = try await startUploader(log)
+        log.setCommitHandler { [delivery] committed in
+            delivery.enqueue(committed)
+            if let uploader { Task { await uploader.committed(committed.count) } }
+        }
         delivery.attach(log)
         try await attachDurableListeners(log)
         state.withLock { state in
@@ -139,6 +144,7 @@ public final class EventEngine: Sendable {
             let result = Result { try log.append(entry.record) }
             entry.onAppended?(result)
         }
+        await stopUploader()
         try? await log.close()
         await delivery.drain()
         events.finishAll()

@@ -1,0 +1,280 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+/// D1–D9 and P2: the dispatcher rules from event-dispatcher.txt, against the
+/// real collector process. Serialized: the D9 notifier reaches every live
+/// engine, which would flush the size and timer tests early.
+@Suite(.serialized, .timeLimit(.minutes(2)))
+struct DispatcherRuleTests {
+    @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default")
+    func batchSizeRules() async throws {
+        #expect(DefaultEventDispatcher().batchSize == 10)
+        #expect(DefaultEventDispatcher(batchSize: 1).batchSize == 1)
+        #expect(DefaultEventDispatcher(batchSize: 0).batchSize == 10)
+        #expect(DefaultEventDispatcher(batchSize: -5).batchSize == 10)
+
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1)
+        try await engine.start()
+        for index in 0..<4 { try engine.record("single_\(index)") }
+        try await engine.settle()
+        #expect(await collector.waitFor { $0.count >= 5 })
+        #expect(collector.requests().map(\.ids.count) == [1, 1, 1, 1, 1], "session_start and four events, each alone")
+        await engine.close()
+    }
+
+    @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before")
+    func flushesBySize() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        try await engine.start()
+        for index in 0..<8 { try engine.record("e\(index)") }  // 9 with session_start
+        try await engine.settle()
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(collector.requests().isEmpty, "below batchSize, before the timer")
+        try engine.record("tenth")
+        #expect(await collector.waitFor { !$0.isEmpty })
+        #expect(collector.requests().first?.ids.count == 10)
+        await engine.close()
+    }
+
+    @Test("P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes")
+    func timerRules() async throws {
+        #expect(DefaultEventDispatcher().timerInterval == 60)
+        #expect(DefaultEventDispatcher(timerInterval: 0).timerInterval == 0)
+        #expect(DefaultEventDispatcher(timerInterval: -1).timerInterval == 60)
+
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let immediate = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 0)
+        try await immediate.start()
+        #expect(await collector.waitFor { $0.flatMap(\.ids).count >= 1 }, "session_start went out alone")
+        try immediate.record("right_away")
+        #expect(await collector.waitFor { $0.flatMap(\.ids).count >= 2 })
+        await immediate.close()
+
+        let timedDirectory = TemporaryDirectory()
+        let timedCollector = try TestCollector(timedDirectory)
+        let timed = uploadingEngine(timedDirectory, collector: timedCollector, batchSize: 100, timerInterval: 0.3)
+        let started = Date()
+        try await timed.start()
+        try timed.record("a")
+        try timed.record("b")
+        #expect(await timedCollector.waitFor(timeout: 5) { !$0.isEmpty })
+        #expect(Date().timeIntervalSince(started) >= 0.25, "not before the timer")
+        #expect(timedCollector.requests().first?.ids.count == 3)
+        await timed.close()
+    }
+
+    @Test(
+        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted"
+    )
+    func queueSizeRules() async throws {
+        #expect(DefaultEventDispatcher().maxQueueSize == 10_000)
+        #expect(DefaultEventDispatcher(maxQueueSize: 99).maxQueueSize == 10_000)
+        #expect(DefaultEventDispatcher(maxQueueSize: 100).maxQueueSize == 100)
+        #expect(DefaultEventDispatcher(batchSize: 500, maxQueueSize: 200).maxQueueSize == 500)
+
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 500])
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maxQueueSize: 100)
+        try await engine.start()
+        var ids: [String] = []
+        for index in 0..<300 {
+            let outcome = try engine.record("e\(index)")
+            guard case .recorded(let id) = outcome else {
+                Issue.record("record never blocks or refuses: \(outcome)")
+                return
+            }
+            ids.append(id)
+        }
+        try await engine.settle()
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.pending <= 100)
+        #expect(statistics.dropped >= 200)
+        let dropped = try await engine.query {
+            try $0.scalarInt("SELECT dropped FROM consumer_lag WHERE consumer = 'uploader'")
+        }
+        #expect(dropped == statistics.dropped, "visible at the CLI too")
+        try await collector.control(["mode": "ok"])
+        try await engine.flush()
+        let accepted = Set(collector.acceptedIDs())
+        #expect(ids.suffix(100).allSatisfy(accepted.contains), "the newest 100 were kept and uploaded")
+        #expect(!accepted.contains(ids[0]), "the oldest gave way")
+        await engine.close()
+    }
+
+    @Test(
+        "D5: backingStore .file is the SQLite file named by dataStoreName, .memory keeps no file, .userDefaults maps to the file"
+    )
+    func backingStores() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        for (store, name) in [(DataStoreType.file, "Queue"), (.userDefaults, "Defaults"), (.memory, "Memory")] {
+            let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 60)
+            let location = dispatcher.databaseLocation(in: directory.url)
+            let engine = EventEngine(
+                configuration: .uploading(to: collector.url, dispatcher: dispatcher, in: directory.url))
+            try await engine.start()
+            try engine.record("stored_in_\(name)")
+            await engine.close()
+            let path = directory.file("\(name).sqlite").path
+            switch store {
+            case .file, .userDefaults:
+                #expect(location == .file(directory.file("\(name).sqlite")))
+                #expect(FileManager.default.fileExists(atPath: path))
+                // It survives: a new engine on the same store still has the event queued.
+                let again = EventEngine(
+                    configuration: .uploading(to: collector.url, dispatcher: dispatcher, in: directory.url))
+                try await again.start()
+                #expect(try await again.storedNames().contains("stored_in_\(name)"))
+                await again.close()
+            case .memory:
+                #expect(location == .inMemory)
+                #expect(!FileManager.default.fileExists(atPath: path))
+            }
+        }
+        #expect(DefaultEventDispatcher().dataStoreName == "OPTEventQueue")
+    }
+
+    @Test("D6: no request body over 3.5 MB; a larger batch is split")
+    func largeBatchesAreSplit() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        try await engine.start()
+        let blob = String(repeating: "x", count: 900_000)
+        var ids: [String] = []
+        for index in 0..<6 {
+            if case .recorded(let id) = try engine.record("big_\(index)", parameters: ["blob": .string(blob)]) {
+                ids.append(id)
+            }
+        }
+        try await engine.flush()
+        let requests = collector.requests()
+        #expect(requests.count >= 2)
+        #expect(requests.allSatisfy { $0.bytes <= 3_500_000 }, "\(requests.map(\.bytes))")
+        #expect(Set(ids).isSubset(of: Set(collector.acceptedIDs())))
+        await engine.close()
+    }
+
+    @Test("D7: POST to the event's url, body as given, content-type application/json")
+    func postsTheBodyAsGiven() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let dispatcher = DefaultEventDispatcher()
+        let body = Data(#"{"exactly":"these bytes","n":[1,2.50,3]}"#.utf8)
+        let outcome = await withCheckedContinuation { continuation in
+            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
+                continuation.resume(returning: $0)
+            }
+        }
+        #expect(outcome.isSuccess)
+        let request = try #require(collector.requests().first)
+        #expect(request.method == "POST")
+        #expect(request.content_type == "application/json")
+        #expect(request.rawBody == body)
+
+        // A non-2xx answer is reported as such, never as success.
+        try await collector.control(["mode": "status", "status": 503, "retry_after": "7"])
+        let failed = await withCheckedContinuation { continuation in
+            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
+                continuation.resume(returning: $0)
+            }
+        }
+        #expect(!failed.isSuccess)
+        guard case .response(503, let retryAfter, _) = failed else {
+            Issue.record("\(failed)")
+            return
+        }
+        #expect(retryAfter == 7)
+    }
+
+    final class RecordingDispatcher: EventDispatcher {
+        let sent = Protected<[EventForDispatch]>([])
+        let status: Protected<Int>
+        let flushes = Protected(0)
+        init(status: Int = 200) { self.status = Protected(status) }
+        func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
+            sent.withLock { $0.append(event) }
+            let status = self.status.withLock { $0 }
+            DispatchQueue.global().async {
+                completionHandler?(.response(status: status, retryAfter: nil, message: nil))
+            }
+        }
+        func flushEvents() { flushes.withLock { $0 += 1 } }
+    }
+
+    @Test("D8: a custom dispatcher plugs in through the engine's configuration")
+    func customDispatcher() async throws {
+        let dispatcher = RecordingDispatcher(status: 500)
+        let url = URL(string: "https://collector.invalid/batch")!
+        let engine = EventEngine(
+            configuration: EngineConfiguration(collectorURL: url, dispatcher: dispatcher, retryPolicy: fastRetry))
+        try await engine.start()
+        try engine.record("custom")
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        #expect(try await engine.uploadStatistics().pending == 2, "a 5xx is never success")
+        dispatcher.status.withLock { $0 = 200 }
+        try await engine.flush()
+        let bodies = dispatcher.sent.withLock { $0 }
+        #expect(bodies.allSatisfy { $0.url == url })
+        let last = try #require(bodies.last)
+        let json = try JSONSerialization.jsonObject(with: last.body) as? [String: Any]
+        let events = json?["events"] as? [[String: Any]]
+        #expect(events?.map { $0["name"] as? String } == ["session_start", "custom"])
+        #expect(json?["sentAt"] is String)
+        #expect(try await engine.uploadStatistics().pending == 0)
+        await engine.close()
+    }
+
+    @Test("D9: entering background flushes; a notifier serves hosts that cannot observe the lifecycle")
+    func backgroundFlush() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
+        try await engine.start()
+        try engine.record("before_background")
+        try await engine.settle()
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(collector.requests().isEmpty)
+        engine.applicationDidEnterBackground()
+        #expect(await collector.waitFor { $0.flatMap(\.ids).count == 2 })
+
+        try engine.record("via_notifier")
+        try await engine.settle()
+        SpoolBackgroundNotifier.applicationDidEnterBackground()
+        #expect(await collector.waitFor { $0.flatMap(\.ids).count == 3 })
+        engine.applicationDidBecomeActive()
+        await engine.close()
+    }
+
+    @Test("D1: events recorded while the collector is unreachable stay queued across restarts and go out in order")
+    func offlineAcrossRestarts() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        collector.stop()  // offline
+        let first = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        try await first.start()
+        var ids: [String] = []
+        for index in 0..<20 {
+            if case .recorded(let id) = try first.record("offline_\(index)") { ids.append(id) }
+        }
+        await #expect(throws: UploadError.self) { try await first.flush() }
+        await first.close()
+
+        try collector.restart()  // online again, same port
+        let second = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        try await second.start()
+        try await second.flush()
+        let accepted = collector.acceptedIDs()
+        let order = accepted.filter(Set(ids).contains)
+        #expect(order == ids, "every offline event, once, in order")
+        await second.close()
+    }
+}

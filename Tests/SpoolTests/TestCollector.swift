@@ -1,0 +1,143 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The real HTTP collector process (Tests/Collector/collector.py) on a free
+/// 127.0.0.1 port.
+final class TestCollector: @unchecked Sendable {
+    // Safe: `process` is replaced only by `stop()`/`restart()`, which tests call
+    // from one task.
+    private var process: Process?
+    private(set) var port: Int
+    let logURL: URL
+
+    struct Request: Decodable, Sendable {
+        let t: Double
+        let status: Int?
+        let bytes: Int
+        let ids: [String]
+        let raw: String
+        let method: String
+        let content_type: String?
+
+        var rawBody: Data { Data(base64Encoded: raw) ?? Data() }
+    }
+
+    static var script: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appending(path: "Collector/collector.py").path
+    }
+
+    init(_ directory: TemporaryDirectory, port: Int = 0) throws {
+        logURL = directory.file("collector-\(UUID().uuidString.prefix(6)).jsonl")
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        self.port = port
+        try launch()
+    }
+
+    deinit {
+        stop()
+    }
+
+    private func launch() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime", "300"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Bounded wait for "PORT n".
+        var text = ""
+        let deadline = Date().addingTimeInterval(10)
+        while !text.contains("\n") && Date() < deadline {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5))
+        else {
+            process.terminate()
+            throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
+        }
+        self.port = port
+        self.process = process
+    }
+
+    /// The collector is down: the port refuses connections.
+    func stop() {
+        guard let process else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    /// Up again on the same port, with the same log.
+    func restart() throws {
+        stop()
+        var attempts = 0
+        while true {
+            do {
+                try launch()
+                return
+            } catch  where attempts < 20 {
+                attempts += 1
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+        }
+    }
+
+    var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
+
+    /// Changes the collector's behaviour (see collector.py).
+    func control(_ settings: [String: any Sendable]) async throws {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/_control")!)
+        request.httpMethod = "POST"
+        request.httpBody = try JSONSerialization.data(withJSONObject: settings)
+        request.timeoutInterval = 5
+        let (_, response) = try await URLSession.shared.data(for: request)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+    }
+
+    /// Every request it received, in arrival order.
+    func requests() -> [Request] {
+        guard let text = try? String(contentsOf: logURL, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Request.self, from: Data($0.utf8)) }
+    }
+
+    /// Ids of events in 2xx-answered requests, in arrival order (with repeats).
+    func acceptedIDs() -> [String] {
+        requests().filter { ($0.status ?? 0) / 100 == 2 }.flatMap(\.ids)
+    }
+
+    /// Polls (bounded) until `condition` holds on the received requests.
+    @discardableResult
+    func waitFor(timeout: TimeInterval = 10, _ condition: ([Request]) -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition(requests()) { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition(requests())
+    }
+}
+
+/// A fast retry policy for tests: 50 ms doubling to 400 ms.
+let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
+
+/// An engine on a file, uploading to `collector`.
+func uploadingEngine(
+    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry
+) -> EventEngine {
+    let dispatcher = DefaultEventDispatcher(
+        batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout)
+    var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
+    configuration.retryPolicy = retry
+    return EventEngine(configuration: configuration)
+}
