@@ -18,7 +18,7 @@ while let argument = arguments.popFirst() {
     case "--only": only = arguments.popFirst()
     case "--phase": phase = arguments.popFirst()
     case "-h", "--help":
-        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen]")
+        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen|upload]")
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
@@ -47,6 +47,12 @@ if only == nil || only == "append" {
 }
 if only == nil || only == "listen" {
     try await ListenerBenchmarks(quick: quick, report: report).run()
+}
+if only == nil || only == "upload" {
+    try await DrainBenchmarks(quick: quick, report: report).run()
+}
+if only == "drain" {
+    try await DrainBenchmarks(quick: quick, report: report).drain()
 }
 report.printTable()
 try report.write(to: output, quick: quick)

@@ -27,9 +27,10 @@ public struct EngineConfiguration: Sendable {
     /// feeds listeners and durable listeners).
     public var collectorURL: URL?
     /// What sends the batches (D8). `nil` uses a ``DefaultEventDispatcher``
-    /// with its defaults. With a `DefaultEventDispatcher`, its `batchSize` and
-    /// `timerInterval` drive the uploader and its `maxQueueSize` replaces
-    /// `maximumRetainedEvents`; a custom dispatcher gets the default batching.
+    /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
+    /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
+    /// `timerInterval`, and its `maxQueueSize` replaces
+    /// `maximumRetainedEvents`; any other gets the default batching.
     public var dispatcher: (any EventDispatcher)?
     /// Backoff for failed uploads.
     public var retryPolicy: RetryPolicy
@@ -78,11 +79,8 @@ extension EngineConfiguration {
     /// The retention bound in force: a `DefaultEventDispatcher`'s queue size
     /// when uploading through one.
     var effectiveRetention: Int? {
-        if collectorURL != nil, let dispatcher = dispatcher as? DefaultEventDispatcher {
-            return dispatcher.maxQueueSize
-        }
-        if collectorURL != nil, dispatcher == nil { return DefaultEventDispatcher.defaultMaxQueueSize }
-        return maximumRetainedEvents
+        guard collectorURL != nil else { return maximumRetainedEvents }
+        return (dispatcher as? any BatchingPolicy)?.maxQueueSize ?? DefaultEventDispatcher.defaultMaxQueueSize
     }
 }
 

@@ -47,11 +47,12 @@ extension EventEngine {
     func startUploader(_ log: EventLog) async throws -> Uploader? {
         guard let url = configuration.collectorURL else { return nil }
         let dispatcher = configuration.dispatcher ?? DefaultEventDispatcher()
-        let defaults = dispatcher as? DefaultEventDispatcher
+        let policy = dispatcher as? any BatchingPolicy
         let settings = Uploader.Settings(
-            url: url, batchSize: defaults?.batchSize ?? DefaultEventDispatcher.defaultBatchSize,
-            timerInterval: defaults?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval,
+            url: url, batchSize: max(1, policy?.batchSize ?? DefaultEventDispatcher.defaultBatchSize),
+            timerInterval: max(0, policy?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval),
             retry: configuration.retryPolicy)
+        let defaults = dispatcher as? DefaultEventDispatcher
         let state = self.state
         let uploader = Uploader(log: log, dispatcher: dispatcher, settings: settings) {
             state.withLock { $0.consent && $0.enabled }

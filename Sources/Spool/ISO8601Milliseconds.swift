@@ -58,7 +58,13 @@ enum ISO8601Milliseconds {
     }
 
     /// Appends `value` zero-padded to `width` digits (more if it needs them).
+    @inline(__always)
     private static func digits(_ value: Int64, width: Int, into bytes: inout [UInt8]) {
+        if width == 2 && value >= 0 && value < 100 {
+            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10))
+            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10))
+            return
+        }
         var value = value
         if value < 0 {
             bytes.append(UInt8(ascii: "-"))

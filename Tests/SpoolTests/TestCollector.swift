@@ -53,13 +53,7 @@ final class TestCollector: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         try process.run()
         // Bounded wait for "PORT n".
-        var text = ""
-        let deadline = Date().addingTimeInterval(10)
-        while !text.contains("\n") && Date() < deadline {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
+        let text = readFirstLine(output.fileHandleForReading.fileDescriptor, timeout: 10)
         guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5))
         else {
             process.terminate()
@@ -140,4 +134,23 @@ func uploadingEngine(
     var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
     configuration.retryPolicy = retry
     return EventEngine(configuration: configuration)
+}
+
+/// Reads until the first newline or `timeout`, retrying on EINTR (Foundation's
+/// `availableData` traps on an interrupted read).
+func readFirstLine(_ descriptor: Int32, timeout: TimeInterval) -> String {
+    var bytes: [UInt8] = []
+    let deadline = Date().addingTimeInterval(timeout)
+    var buffer = [UInt8](repeating: 0, count: 256)
+    while !bytes.contains(UInt8(ascii: "\n")) && Date() < deadline {
+        var descriptors = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&descriptors, 1, 100)
+        if ready < 0 && errno == EINTR { continue }
+        guard ready > 0 else { continue }
+        let count = read(descriptor, &buffer, buffer.count)
+        if count < 0 && errno == EINTR { continue }
+        guard count > 0 else { break }
+        bytes.append(contentsOf: buffer[0..<count])
+    }
+    return String(decoding: bytes, as: UTF8.self)
 }

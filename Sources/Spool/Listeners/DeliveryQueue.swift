@@ -221,6 +221,13 @@ extension EventEngine {
         await delivery.drain()
     }
 
+    /// Copies the whole WAL into the database file and truncates it, so a
+    /// measurement starts from the same state as a baseline.
+    @_spi(Internals) public func checkpointForBenchmark() async throws {
+        guard let log = state.withLock({ $0.log }) else { return }
+        try await log.database.run { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
     /// Waits until every accepted event is committed and delivered.
     @_spi(Internals) public func waitUntilDelivered() async throws {
         try await settle()

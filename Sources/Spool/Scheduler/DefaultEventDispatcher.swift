@@ -29,7 +29,7 @@ public enum DataStoreType: Sendable, Hashable {
 ///   events give way (fresh events matter most to analytics and survey
 ///   rules); the caller is never blocked, and every dropped event is counted
 ///   (``UploadStatistics/dropped`` and the `dropped` column of `consumer_lag`).
-public final class DefaultEventDispatcher: EventDispatcher {
+public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     public static let defaultBatchSize = 10
     public static let defaultTimerInterval: TimeInterval = 60
     public static let defaultMaxQueueSize = 10_000

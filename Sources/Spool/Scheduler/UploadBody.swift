@@ -12,53 +12,151 @@ import Foundation
 /// `id` is the stable UUIDv7 to deduplicate on (an event can arrive twice
 /// after a crash or a lost response); `timestamp` is when it was recorded;
 /// `session` is null for events recorded outside a session.
-enum UploadBody {
+struct UploadBody {
     /// No request body is larger (D6); the collector's documented limit.
     static let maximumBytes = 3_500_000
 
-    /// Builds a body from the longest prefix of `events` that fits in
-    /// `maximumBytes` (always at least one event: a single event is at most
-    /// ``EventLimits/maximumEncodedBytes`` plus its envelope).
-    ///
-    /// - Returns: the body and how many events it carries.
-    static func build(_ events: ArraySlice<StoredEvent>, sentAt: Date = Date(), maximumBytes: Int = maximumBytes)
-        -> (body: Data, count: Int)
-    {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(64 + events.reduce(0) { $0 + $1.parametersJSON.utf8.count + 160 })
+    private var bytes: [UInt8] = []
+    private let maximumBytes: Int
+    /// Events in the body so far.
+    private(set) var count = 0
+
+    init(sentAt: Date = Date(), maximumBytes: Int = UploadBody.maximumBytes, capacity: Int = 4_096) {
+        self.maximumBytes = maximumBytes
+        bytes.reserveCapacity(capacity)
         bytes.append(contentsOf: #"{"sentAt":""#.utf8)
         ISO8601Milliseconds.append(sentAt, to: &bytes)
         bytes.append(contentsOf: #"","events":["#.utf8)
-        var count = 0
-        var scratch: [UInt8] = []
-        for event in events {
-            scratch.removeAll(keepingCapacity: true)
-            if count > 0 { scratch.append(UInt8(ascii: ",")) }
-            append(event, to: &scratch)
-            // 2 bytes for the closing "]}".
-            if count > 0 && bytes.count + scratch.count + 2 > maximumBytes { break }
-            bytes.append(contentsOf: scratch)
-            count += 1
-        }
-        bytes.append(contentsOf: "]}".utf8)
-        return (Data(bytes), count)
     }
 
-    private static func append(_ event: StoredEvent, to bytes: inout [UInt8]) {
+    /// Adds one event from its raw UTF-8 columns, unless the body would pass
+    /// `maximumBytes` (the first event is always taken: one event is at most
+    /// ``EventLimits/maximumEncodedBytes`` plus its envelope).
+    ///
+    /// - Returns: false when it did not fit.
+    mutating func append(
+        id: UnsafeRawBufferPointer, name: UnsafeRawBufferPointer, recordedAt: Double,
+        session: UnsafeRawBufferPointer?, parameters: UnsafeRawBufferPointer
+    ) -> Bool {
+        // Written in place and taken back if it does not fit: one copy, not two.
+        let mark = bytes.count
+        if count > 0 { bytes.append(UInt8(ascii: ",")) }
         bytes.append(contentsOf: #"{"id":"#.utf8)
-        EventEncoder.appendJSONString(event.id, to: &bytes)
+        EventEncoder.appendJSONString(id, to: &bytes)
         bytes.append(contentsOf: #","name":"#.utf8)
-        EventEncoder.appendJSONString(event.name, to: &bytes)
+        EventEncoder.appendJSONString(name, to: &bytes)
         bytes.append(contentsOf: #","timestamp":""#.utf8)
-        ISO8601Milliseconds.append(Date(timeIntervalSince1970: event.recordedAt), to: &bytes)
+        ISO8601Milliseconds.append(Date(timeIntervalSince1970: recordedAt), to: &bytes)
         bytes.append(contentsOf: #"","session":"#.utf8)
-        if let session = event.sessionID {
+        if let session {
             EventEncoder.appendJSONString(session, to: &bytes)
         } else {
             bytes.append(contentsOf: "null".utf8)
         }
         bytes.append(contentsOf: #","parameters":"#.utf8)
-        bytes.append(contentsOf: event.parametersJSON.utf8)
+        bytes.append(contentsOf: parameters)
         bytes.append(UInt8(ascii: "}"))
+        // 2 bytes for the closing "]}".
+        if count > 0 && bytes.count + 2 > maximumBytes {
+            bytes.removeSubrange(mark...)
+            return false
+        }
+        count += 1
+        return true
+    }
+
+    /// Adds a stored event (see the raw variant).
+    mutating func append(_ event: StoredEvent) -> Bool {
+        var id = event.id
+        var name = event.name
+        var parameters = event.parametersJSON
+        var session = event.sessionID
+        return id.withUTF8 { id in
+            name.withUTF8 { name in
+                parameters.withUTF8 { parameters in
+                    if session == nil {
+                        return append(
+                            id: UnsafeRawBufferPointer(id), name: UnsafeRawBufferPointer(name),
+                            recordedAt: event.recordedAt, session: nil, parameters: UnsafeRawBufferPointer(parameters))
+                    }
+                    return session!.withUTF8 { session in
+                        append(
+                            id: UnsafeRawBufferPointer(id), name: UnsafeRawBufferPointer(name),
+                            recordedAt: event.recordedAt, session: UnsafeRawBufferPointer(session),
+                            parameters: UnsafeRawBufferPointer(parameters))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The finished body.
+    consuming func finish() -> Data {
+        bytes.append(contentsOf: "]}".utf8)
+        return Data(bytes)
+    }
+
+    /// A body from the longest prefix of `events` that fits.
+    static func build(_ events: some Sequence<StoredEvent>, sentAt: Date = Date(), maximumBytes: Int = maximumBytes)
+        -> (body: Data, count: Int)
+    {
+        var body = UploadBody(sentAt: sentAt, maximumBytes: maximumBytes)
+        for event in events where !body.append(event) { break }
+        let count = body.count
+        return (body.finish(), count)
+    }
+}
+
+/// A batch ready to send: its body and the log positions it carries.
+struct UploadBatch: Sendable {
+    let body: Data
+    /// In log order; never empty.
+    let positions: [Int64]
+
+    var count: Int { positions.count }
+    var first: Int64 { positions[0] }
+    var last: Int64 { positions[positions.count - 1] }
+}
+
+extension Connection {
+    /// Builds the next batch straight from the rows after `position` (no
+    /// intermediate Strings): up to `limit` events, under `maximumBytes`.
+    func readUploadBatch(after position: Int64, limit: Int, maximumBytes: Int = UploadBody.maximumBytes) throws
+        -> UploadBatch?
+    {
+        try withStatement(
+            """
+            SELECT seq, id, name, recorded_at, session_id, parameters \
+            FROM events WHERE seq > ? ORDER BY seq LIMIT ?
+            """
+        ) { statement in
+            try statement.bind(position, at: 1)
+            try statement.bind(limit, at: 2)
+            var body = UploadBody(maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 400 + 64))
+            var positions: [Int64] = []
+            positions.reserveCapacity(limit)
+            while try statement.step() {
+                let fitted = statement.withUTF8(at: 1) { id in
+                    statement.withUTF8(at: 2) { name in
+                        statement.withUTF8(at: 5) { parameters in
+                            if statement.isNull(at: 4) {
+                                return body.append(
+                                    id: id, name: name, recordedAt: statement.double(at: 3), session: nil,
+                                    parameters: parameters)
+                            }
+                            return statement.withUTF8(at: 4) { session in
+                                body.append(
+                                    id: id, name: name, recordedAt: statement.double(at: 3), session: session,
+                                    parameters: parameters)
+                            }
+                        }
+                    }
+                }
+                guard fitted else { break }
+                positions.append(statement.int64(at: 0))
+            }
+            guard !positions.isEmpty else { return nil }
+            return UploadBatch(body: body.finish(), positions: positions)
+        }
     }
 }

@@ -72,6 +72,12 @@ actor Uploader {
     private var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     private var lastFailure: String?
 
+    /// The uploader runs on the database queue: reading a batch and saving a
+    /// position need no hop to another thread.
+    nonisolated var unownedExecutor: UnownedSerialExecutor {
+        log.database.executor.asUnownedSerialExecutor()
+    }
+
     init(log: EventLog, dispatcher: any EventDispatcher, settings: Settings, isAllowed: @escaping @Sendable () -> Bool)
     {
         self.log = log
@@ -83,8 +89,12 @@ actor Uploader {
     /// Registers the consumer, counts what is pending from earlier runs and
     /// starts the timer.
     func start() async throws {
-        position = try await log.registerConsumer(Self.consumerID, startingAt: .oldest)
-        pending = try await log.countEvents(after: position)
+        let (position, pending) = try log.database.onQueue { connection in
+            let position = try connection.registerConsumer(Self.consumerID, startingAt: .oldest)
+            return (position, try connection.countEvents(after: position))
+        }
+        self.position = position
+        self.pending = pending
         if settings.timerInterval > 0 {
             let interval = settings.timerInterval
             timerTask = Task { [weak self] in
@@ -173,35 +183,63 @@ actor Uploader {
     // MARK: - A flush pass
 
     private func drain(force: Bool) async throws {
+        // Each database call saves the previous batch's success and reads the
+        // next batch, in one hop.
+        var uploadedThrough: Int64?
         while !closed {
-            guard isAllowed() else { return }  // nothing is uploaded while opted out
-            if !force, let retryAt, retryAt > Date() { return }  // the retry task will come back
-            let events = try await log.readEvents(
-                after: position, limit: settings.batchSize, maxBytes: settings.maximumBodyBytes)
-            guard !events.isEmpty else {
+            guard isAllowed() else { break }  // nothing is uploaded while opted out
+            if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
+            let batch = try await advanceAndRead(through: uploadedThrough)
+            uploadedThrough = nil
+            guard let batch else {
                 pending = 0
                 return
             }
-            try await send(events[...])
+            if try await send(batch) { uploadedThrough = batch.last }
+        }
+        if let through = uploadedThrough {
+            uploadedThrough = nil
+            _ = try await advanceAndRead(through: through, read: false)
         }
     }
 
-    /// Sends `events` in order until each is uploaded or dead-lettered.
+    /// Saves the uploader's position at `through` (deleting the prefix every
+    /// consumer finished) and reads the next batch, in one database call.
+    private func advanceAndRead(through: Int64?, read: Bool = true) async throws -> UploadBatch? {
+        let (limit, maximumBytes, after) = (settings.batchSize, settings.maximumBodyBytes, max(position, through ?? 0))
+        let consumer = Self.consumerID
+        let batch = try log.database.onQueue { connection -> UploadBatch? in
+            guard let through else {
+                return read
+                    ? try connection.readUploadBatch(after: after, limit: limit, maximumBytes: maximumBytes) : nil
+            }
+            return try connection.transaction {
+                try connection.advanceConsumerInTransaction(consumer, to: through)
+                return read
+                    ? try connection.readUploadBatch(after: after, limit: limit, maximumBytes: maximumBytes) : nil
+            }
+        }
+        if let through { position = max(position, through) }
+        return batch
+    }
+
+    /// Sends one batch and acts on the outcome.
     ///
-    /// - Throws: ``UploadError/retryable(_:)`` when they must stay queued.
-    private func send(_ events: ArraySlice<StoredEvent>) async throws {
-        guard !events.isEmpty else { return }
-        let (body, count) = UploadBody.build(events, maximumBytes: settings.maximumBodyBytes)
-        let sent = events.prefix(count)
-        let outcome = await dispatch(EventForDispatch(url: settings.url, body: body, eventCount: count))
+    /// - Returns: true when the collector took the whole batch (its position
+    ///   is saved with the next read); false when it was split or
+    ///   dead-lettered (already saved).
+    /// - Throws: ``UploadError/retryable(_:)`` when it must stay queued.
+    private func send(_ batch: UploadBatch) async throws -> Bool {
+        let outcome = await dispatch(EventForDispatch(url: settings.url, body: batch.body, eventCount: batch.count))
         counters.requests += 1
         switch outcome {
         case .response(let status, _, _) where (200..<300).contains(status):
-            try await advance(past: sent)
-            counters.uploaded += count
+            counters.uploaded += batch.count
+            pending = max(0, pending - batch.count)
             failures = 0
             retryAt = nil
             lastFailure = nil
+            return true
         case .response(let status, let retryAfter, let message) where status >= 500 || status == 429 || status == 408:
             try backOff("HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: retryAfter)
         case .transportFailure(let reason):
@@ -209,19 +247,43 @@ actor Uploader {
         case .response(let status, _, let message) where status == 413 || status == 400:
             // Too large, or something in it is refused: split to isolate.
             counters.failedRequests += 1
-            if sent.count == 1 {
-                try await deadLetter(sent, status: status, message: message)
+            if batch.count == 1 {
+                try await deadLetter(after: batch.first - 1, count: 1, status: status, message: message)
             } else {
-                let half = sent.count / 2
-                try await send(sent.prefix(half))
-                try await send(sent.dropFirst(half))
+                let half = batch.count / 2
+                try await sendRange(after: batch.first - 1, count: half)
+                try await sendRange(after: batch.positions[half - 1], count: batch.count - half)
             }
+            return false
         case .response(let status, _, let message):
             // Other 4xx (and anything unexpected): the collector will never take these.
             counters.failedRequests += 1
-            try await deadLetter(sent, status: status, message: message)
+            try await deadLetter(after: batch.first - 1, count: batch.count, status: status, message: message)
+            return false
         }
-        if count < events.count { try await send(events.dropFirst(count)) }
+    }
+
+    /// Sends the `count` events after `position`, saving each success at once.
+    private func sendRange(after position: Int64, count: Int) async throws {
+        let (maximumBytes, consumer) = (settings.maximumBodyBytes, Self.consumerID)
+        var after = position
+        var remaining = count
+        while remaining > 0 {
+            let start = after
+            let limit = remaining
+            guard
+                let batch = try log.database.onQueue({
+                    try $0.readUploadBatch(after: start, limit: limit, maximumBytes: maximumBytes)
+                })
+            else { return }
+            if try await send(batch) {
+                let last = batch.last
+                _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
+                self.position = max(self.position, last)
+            }
+            after = batch.last
+            remaining -= batch.count
+        }
     }
 
     private func dispatch(_ event: EventForDispatch) async -> DispatchOutcome {
@@ -238,22 +300,17 @@ actor Uploader {
         }
     }
 
-    private func advance(past events: ArraySlice<StoredEvent>) async throws {
-        guard let last = events.last?.seq else { return }
-        try await log.advanceConsumer(Self.consumerID, to: last)
-        position = max(position, last)
-        pending = max(0, pending - events.count)
-    }
-
-    private func deadLetter(_ events: ArraySlice<StoredEvent>, status: Int, message: String?) async throws {
+    private func deadLetter(after start: Int64, count: Int, status: Int, message: String?) async throws {
         let reason =
             "HTTP \(status)" + (message.map { ": " + $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "")
-        let batch = Array(events)
-        try await log.database.run { connection in
-            try connection.deadLetter(batch, status: status, reason: reason, consumer: Self.consumerID)
+        let consumer = Self.consumerID
+        let last = try log.database.onQueue { connection -> Int64? in
+            let events = try connection.readEvents(after: start, limit: count)
+            try connection.deadLetter(events, status: status, reason: reason, consumer: consumer)
+            return events.last?.seq
         }
-        position = max(position, batch.last?.seq ?? position)
-        pending = max(0, pending - batch.count)
+        position = max(position, last ?? position)
+        pending = max(0, pending - count)
     }
 
     private func backOff(_ reason: String, retryAfter: TimeInterval?) throws -> Never {
@@ -279,7 +336,7 @@ actor Uploader {
     // MARK: - Statistics
 
     func statistics() async throws -> UploadStatistics {
-        let (dropped, deadLettered, pending) = try await log.database.run { connection in
+        let (dropped, deadLettered, pending) = try log.database.onQueue { connection in
             (
                 try connection.droppedCount(of: Self.consumerID),
                 try connection.deadLetterCount(),

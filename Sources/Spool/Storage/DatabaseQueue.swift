@@ -37,6 +37,7 @@ public enum DatabaseLocation: Sendable, Hashable {
     init(location: DatabaseLocation, options: ConnectionOptions) throws {
         self.path = location.path
         self.queue = DispatchQueue(label: "spool.database", qos: .utility)
+        self.executor = QueueExecutor(queue: queue)
         let path = self.path
         let connection = try queue.sync {
             let connection = try Connection(path: path, options: options)
@@ -102,6 +103,18 @@ public enum DatabaseLocation: Sendable, Hashable {
     func assertOnQueue() {
         dispatchPrecondition(condition: .onQueue(queue))
     }
+
+    /// Runs `body` with the connection, for code already running on the
+    /// queue (an actor whose executor is ``executor``).
+    func onQueue<T>(_ body: (Connection) throws -> T) throws -> T {
+        assertOnQueue()
+        guard let connection else { throw SpoolError.closed }
+        return try body(connection)
+    }
+
+    /// An executor that runs an actor's jobs on this queue, so the actor can
+    /// use the connection without a hop to another thread.
+    let executor: QueueExecutor
 
     /// Closes the connection after every block already queued has run.
     @_spi(Internals) public func close() {

@@ -85,17 +85,22 @@ extension Connection {
     /// - Returns: the number of events deleted.
     @discardableResult
     func advanceConsumer(_ consumer: String, to position: Int64) throws -> Int {
-        try transaction {
-            try withStatement(
-                "UPDATE consumers SET position = max(position, ?), updated_at = ? WHERE id = ?"
-            ) { statement in
-                try statement.bind(position, at: 1)
-                try statement.bind(Date().timeIntervalSince1970, at: 2)
-                try statement.bind(consumer, at: 3)
-                try statement.step()
-            }
-            return try deleteFinishedPrefix()
+        try transaction { try advanceConsumerInTransaction(consumer, to: position) }
+    }
+
+    /// ``advanceConsumer(_:to:)`` for a caller that already holds a write
+    /// transaction.
+    @discardableResult
+    func advanceConsumerInTransaction(_ consumer: String, to position: Int64) throws -> Int {
+        try withStatement(
+            "UPDATE consumers SET position = max(position, ?), updated_at = ? WHERE id = ?"
+        ) { statement in
+            try statement.bind(position, at: 1)
+            try statement.bind(Date().timeIntervalSince1970, at: 2)
+            try statement.bind(consumer, at: 3)
+            try statement.step()
         }
+        return try deleteFinishedPrefix()
     }
 
     /// Deletes the events every consumer has finished. With no consumers,

@@ -1,0 +1,190 @@
+import CSQLite
+import Foundation
+@_spi(Internals) import Spool
+
+/// Upload drain: Spool's uploader (batch read, body build by concatenation,
+/// position advance, prefix delete) with the transport stubbed in-process,
+/// beside a raw-SQLite drain; and end to end to the loopback collector.
+struct DrainBenchmarks {
+    let quick: Bool
+    let report: Report
+
+    /// Answers every batch at once with the configured status.
+    final class StubDispatcher: EventDispatcher, BatchingPolicy {
+        let status = Locked(500)
+        let bytes = Locked(0)
+        let batchSize = 100
+        let timerInterval: TimeInterval = 3_600
+        let maxQueueSize = 10_000_000
+        func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
+            bytes.withLock { $0 += event.body.count }
+            completionHandler?(.response(status: status.withLock { $0 }, retryAfter: nil, message: nil))
+        }
+        func flushEvents() {}
+    }
+
+    func run() async throws {
+        try await drain()
+        try await endToEnd()
+    }
+
+    func drain() async throws {
+        let count = quick ? 50_000 : 200_000
+        var spoolRates: [Double] = []
+        var rawRates: [Double] = []
+        var ratios: [Double] = []
+        for _ in 0..<(quick ? 3 : 5) {
+            let spool = try await spoolDrain(count: count)
+            let raw = rawDrain(count: count)
+            spoolRates.append(spool)
+            rawRates.append(raw)
+            ratios.append(spool / raw)
+        }
+        report.add(
+            Row(
+                area: "upload", name: "Spool drain, 100/batch, transport stubbed",
+                value: Samples(values: spoolRates).median,
+                unit: "events/s", detail: "read + body build + advance + delete, \(count) events"))
+        report.add(
+            Row(
+                area: "upload", name: "raw SQLite drain: select 100 oldest + delete",
+                value: Samples(values: rawRates).median,
+                unit: "events/s"))
+        report.add(
+            Row(
+                area: "upload", name: "ratio Spool drain / raw drain", value: Samples(values: ratios).median, unit: "×",
+                target: 0.7, comparison: .atLeast))
+    }
+
+    func spoolDrain(count: Int) async throws -> Double {
+        let scratch = Scratch("drain")
+        let stub = StubDispatcher()
+        let engine = EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(scratch.database), collectorURL: URL(string: "http://127.0.0.1:9/stub")!,
+                dispatcher: stub,
+                retryPolicy: RetryPolicy(initialDelay: 3_600)))
+        try await engine.start()
+        // Fill while the stub refuses; the first refusal parks the uploader in backoff.
+        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        try await engine.waitUntilDelivered()
+        try await engine.checkpointForBenchmark()  // as the baseline: start from an empty WAL
+        stub.status.withLock { $0 = 200 }
+        let start = now()
+        try await engine.flush()
+        let rate = Double(count) / seconds(since: start)
+        let left = try await engine.uploadStatistics().pending
+        precondition(left == 0, "drain left \(left) events")
+        await engine.close()
+        return rate
+    }
+
+    func rawDrain(count: Int) -> Double {
+        let scratch = Scratch("rawdrain")
+        let raw = RawSQLite(path: scratch.database.path)
+        raw.createPlainEventsTable()
+        raw.insertEvents(
+            count: count, perTransaction: 1_000, id: "0190f3a2-7c1e-7b44-9a55-6f1d2e3c4b5a",
+            name: AppendBenchmarks.name,
+            parameters: ListenerBenchmarks.encodedParameters, session: AppendBenchmarks.session)
+        let select = raw.prepare(
+            "SELECT seq, id, name, parameters, recorded_at, session_id FROM events ORDER BY seq LIMIT 100")
+        let delete = raw.prepare("DELETE FROM events WHERE seq <= ?")
+        raw.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        defer {
+            sqlite3_finalize(select)
+            sqlite3_finalize(delete)
+        }
+        let start = now()
+        var drained = 0
+        while true {
+            raw.exec("BEGIN IMMEDIATE")
+            var last: Int64 = 0
+            var rows = 0
+            var bytes = 0
+            while sqlite3_step(select) == SQLITE_ROW {
+                last = sqlite3_column_int64(select, 0)
+                for column in 1...3 {
+                    let text = String(cString: sqlite3_column_text(select, Int32(column)))
+                    bytes += text.utf8.count
+                }
+                rows += 1
+            }
+            sqlite3_reset(select)
+            blackHole(bytes)
+            if rows == 0 {
+                raw.exec("COMMIT")
+                break
+            }
+            sqlite3_bind_int64(delete, 1, last)
+            precondition(sqlite3_step(delete) == SQLITE_DONE)
+            sqlite3_reset(delete)
+            raw.exec("COMMIT")
+            drained += rows
+        }
+        precondition(drained == count)
+        return Double(count) / seconds(since: start)
+    }
+
+    // MARK: - end to end
+
+    func endToEnd() async throws {
+        let script = "Tests/Collector/collector.py"
+        guard FileManager.default.fileExists(atPath: script) else {
+            print("skipping the end-to-end upload: run spool-bench from the package root (needs \(script))")
+            return
+        }
+        let scratch = Scratch("e2e")
+        let log = scratch.url.appending(path: "collector.jsonl")
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let collector = Process()
+        collector.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        collector.arguments = ["python3", script, "--log", log.path, "--lifetime", "120"]
+        let pipe = Pipe()
+        collector.standardOutput = pipe
+        try collector.run()
+        defer {
+            // SIGKILL: a child can inherit a blocked SIGTERM from this process.
+            kill(collector.processIdentifier, SIGKILL)
+            collector.waitUntilExit()
+        }
+        let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
+        guard
+            let port = line.split(separator: " ").last.flatMap({
+                Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            })
+        else {
+            print("skipping the end-to-end upload: the collector did not start (\(line))")
+            return
+        }
+        let count = quick ? 20_000 : 100_000
+        let dispatcher = DefaultEventDispatcher(batchSize: 100, timerInterval: 60, maxQueueSize: count * 2)
+        let engine = EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(scratch.database), collectorURL: URL(string: "http://127.0.0.1:\(port)/collect")!,
+                dispatcher: dispatcher))
+        try await engine.start()
+        let start = now()
+        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        try await engine.flush()
+        let elapsed = seconds(since: start)
+        let statistics = try await engine.uploadStatistics()
+        await engine.close()
+        let bytes =
+            (try? String(contentsOf: log, encoding: .utf8))?.split(separator: "\n").reduce(0) { total, line in
+                total
+                    + ((try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["bytes"] as? Int
+                        ?? 0)
+            } ?? 0
+        report.add(
+            Row(
+                area: "upload", name: "end to end to the loopback collector (Python)",
+                value: Double(statistics.uploaded) / elapsed,
+                unit: "events/s", detail: "\(statistics.uploaded) events in \(statistics.requests) requests of 100"))
+        report.add(
+            Row(
+                area: "upload", name: "end to end, request bytes", value: Double(bytes) / elapsed / 1_048_576,
+                unit: "MB/s",
+                detail: "the single-threaded Python collector is the likely bound"))
+    }
+}
