@@ -18,7 +18,7 @@ while let argument = arguments.popFirst() {
     case "--only": only = arguments.popFirst()
     case "--phase": phase = arguments.popFirst()
     case "-h", "--help":
-        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen|upload]")
+        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen|upload|history|drain]")
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
@@ -50,6 +50,9 @@ if only == nil || only == "listen" {
 }
 if only == nil || only == "upload" {
     try await DrainBenchmarks(quick: quick, report: report).run()
+}
+if only == nil || only == "history" {
+    try await HistoryBenchmarks(quick: quick, report: report).run()
 }
 if only == "drain" {
     try await DrainBenchmarks(quick: quick, report: report).drain()

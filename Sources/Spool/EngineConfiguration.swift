@@ -34,6 +34,9 @@ public struct EngineConfiguration: Sendable {
     public var dispatcher: (any EventDispatcher)?
     /// Backoff for failed uploads.
     public var retryPolicy: RetryPolicy
+    /// How long the event history (for survey rules) keeps an occurrence;
+    /// older rows are pruned at `start()`. `nil` keeps everything. Default 90 days.
+    public var historyRetention: TimeInterval?
 
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
@@ -48,8 +51,10 @@ public struct EngineConfiguration: Sendable {
         maximumRetainedEvents: Int? = 10_000,
         collectorURL: URL? = nil,
         dispatcher: (any EventDispatcher)? = nil,
-        retryPolicy: RetryPolicy = RetryPolicy()
+        retryPolicy: RetryPolicy = RetryPolicy(),
+        historyRetention: TimeInterval? = 90 * 86_400
     ) {
+        self.historyRetention = historyRetention
         self.collectorURL = collectorURL
         self.dispatcher = dispatcher
         self.retryPolicy = retryPolicy

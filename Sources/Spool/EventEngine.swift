@@ -24,6 +24,8 @@ public final class EventEngine: Sendable {
     public let configuration: EngineConfiguration
     /// The listener registry.
     public let events: EventObservers
+    /// Surveys, trigger rules and lifecycle events.
+    public let surveys: SurveyCenter
 
     let state: Protected<State>
     let delivery: DeliveryQueue
@@ -54,14 +56,17 @@ public final class EventEngine: Sendable {
         self.configuration = configuration
         let events = EventObservers()
         self.events = events
+        let surveys = SurveyCenter()
+        self.surveys = surveys
         let state = Protected(
             State(
                 consent: configuration.consent, enabled: configuration.enabled,
                 excluded: configuration.excludedEventNames))
         self.state = state
-        delivery = DeliveryQueue(observers: events) {
+        delivery = DeliveryQueue(observers: events, surveys: surveys) {
             state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, excluded: $0.excluded) }
         }
+        surveys.attach(self)
     }
 
     // MARK: - Lifecycle
@@ -86,6 +91,10 @@ public final class EventEngine: Sendable {
             let database = try await Self.openDatabase(configuration)
             log = EventLog(database: database)
             log.setMaximumRetainedEvents(configuration.effectiveRetention)
+            if let retention = configuration.historyRetention {
+                let cutoff = Date().timeIntervalSince1970 - retention
+                _ = try await database.run { try $0.pruneHistory(before: cutoff) }
+            }
         } catch {
             state.withLock { $0.phase = .idle }
             throw error
@@ -148,6 +157,7 @@ public final class EventEngine: Sendable {
         try? await log.close()
         await delivery.drain()
         events.finishAll()
+        surveys.finishAll()
         log.database.close()
     }
 

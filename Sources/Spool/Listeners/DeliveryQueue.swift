@@ -11,6 +11,7 @@ final class DeliveryQueue: @unchecked Sendable {
     // Safe: `durables` and `log` are only touched on `queue` (after `init`).
     let queue = DispatchQueue(label: "spool.delivery", qos: .utility)
     private let observers: EventObservers
+    private let surveys: SurveyCenter
     private let policy: @Sendable () -> DeliveryPolicy
     private var durables: [String: DurableState] = [:]
     private var log: EventLog?
@@ -36,8 +37,9 @@ final class DeliveryQueue: @unchecked Sendable {
     /// How many stored events one catch-up read fetches.
     static let catchUpPage = 256
 
-    init(observers: EventObservers, policy: @escaping @Sendable () -> DeliveryPolicy) {
+    init(observers: EventObservers, surveys: SurveyCenter, policy: @escaping @Sendable () -> DeliveryPolicy) {
         self.observers = observers
+        self.surveys = surveys
         self.policy = policy
     }
 
@@ -55,15 +57,18 @@ final class DeliveryQueue: @unchecked Sendable {
     private func deliver(_ events: [CommittedEvent]) {
         let policy = self.policy()
         let hasObservers = !observers.snapshot().isEmpty || !observers.registrations.isEmpty
-        guard hasObservers || !durables.isEmpty else { return }
+        let hasSurveys = surveys.hasSurveys
+        guard hasObservers || hasSurveys || !durables.isEmpty else { return }
         for event in events {
             let stored = event.stored
             if hasObservers && policy.allows(stored.name) {
                 let parameters = event.parameters?.delivered ?? Self.parse(stored.parametersJSON)
                 deliverToObservers(stored, parameters)
             }
+
             deliverToDurables(stored, parameters: event.parameters, policy: policy)
         }
+        if hasSurveys, let database = log?.database { surveys.consider(events, database: database) }
         savePositions()
     }
 

@@ -1,0 +1,203 @@
+import Foundation
+
+/// Surveys, their trigger rules, and the lifecycle events they emit; the
+/// engine exposes it as ``EventEngine/surveys``.
+///
+/// After each committed event, on the delivery queue: every registered survey
+/// for which the event is a trigger candidate (its name is in
+/// `triggerEventNames`, or any name for a wildcard survey — never a lifecycle
+/// event or the heartbeat) has its conditions evaluated over the persisted
+/// history, and each one that holds is reported to ``onTrigger(_:)`` and
+/// ``triggers()``, in registration order.
+public final class SurveyCenter: Sendable {
+    private struct State {
+        var surveys: [String: (order: Int, survey: Survey)] = [:]
+        var nextOrder = 0
+        /// Candidates per trigger name (wildcards merged in), in registration
+        /// order; rebuilt on every register/unregister so matching an event
+        /// is one dictionary lookup.
+        var byTrigger: [String: [Survey]] = [:]
+        var wildcards: [Survey] = []
+
+        mutating func rebuildIndex() {
+            let ordered = surveys.values.sorted { $0.order < $1.order }.map(\.survey)
+            wildcards = ordered.filter { $0.triggerEventNames == nil }
+            byTrigger = [:]
+            for name in Set(ordered.flatMap { $0.triggerEventNames ?? [] }) {
+                byTrigger[name] = ordered.filter { $0.triggerEventNames?.contains(name) ?? true }
+            }
+        }
+    }
+
+    private struct EngineReference {
+        weak var engine: EventEngine?
+    }
+
+    private let state = Protected(State())
+    private let engine = Protected(EngineReference())
+    private let callbacks = CallbackList<SurveyTrigger>()
+
+    init() {}
+
+    func attach(_ engine: EventEngine) {
+        self.engine.withLock { $0.engine = engine }
+    }
+
+    // MARK: - Registering surveys
+
+    /// Registers `survey`, replacing one with the same id.
+    ///
+    /// - Throws: ``SurveyError`` for an empty id, an empty trigger list (use
+    ///   `nil` for a wildcard), a negative count or window.
+    public func register(_ survey: Survey) throws(SurveyError) {
+        guard !survey.id.isEmpty else { throw .emptySurveyID }
+        if let names = survey.triggerEventNames, names.isEmpty { throw .emptyTriggerList(surveyID: survey.id) }
+        try survey.conditions.validate(surveyID: survey.id)
+        state.withLock { state in
+            state.surveys[survey.id] = (state.nextOrder, survey)
+            state.nextOrder += 1
+            state.rebuildIndex()
+        }
+    }
+
+    /// Removes a survey; unknown ids are ignored.
+    public func unregister(_ surveyID: String) {
+        state.withLock { state in
+            guard state.surveys.removeValue(forKey: surveyID) != nil else { return }
+            state.rebuildIndex()
+        }
+    }
+
+    /// The registered surveys, in registration order.
+    public var registered: [Survey] {
+        state.withLock { $0.surveys.values.sorted { $0.order < $1.order }.map(\.survey) }
+    }
+
+    // MARK: - Lifecycle events (S1)
+
+    /// Records `survey_shown` for a registered survey.
+    @discardableResult
+    public func markShown(_ surveyID: String) throws -> RecordOutcome {
+        try recordLifecycle(.shown, surveyID)
+    }
+
+    /// Records `survey_dismissed`.
+    @discardableResult
+    public func markDismissed(_ surveyID: String) throws -> RecordOutcome {
+        try recordLifecycle(.dismissed, surveyID)
+    }
+
+    /// Records `survey_closed`.
+    @discardableResult
+    public func markClosed(_ surveyID: String) throws -> RecordOutcome {
+        try recordLifecycle(.closed, surveyID)
+    }
+
+    /// Records `survey_question_answered` with the question and the answer.
+    @discardableResult
+    public func markQuestionAnswered(_ surveyID: String, questionID: String, answer: EventValue) throws -> RecordOutcome
+    {
+        try recordLifecycle(.questionAnswered, surveyID, ["question_id": .string(questionID), "answer": answer])
+    }
+
+    /// Records `survey_completed`.
+    @discardableResult
+    public func markCompleted(_ surveyID: String) throws -> RecordOutcome {
+        try recordLifecycle(.completed, surveyID)
+    }
+
+    /// Lifecycle events go through `record` like any custom event: gates,
+    /// storage, listeners, upload and history.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` for an id that is not
+    ///   registered (nothing is recorded), and whatever `record` throws.
+    private func recordLifecycle(
+        _ event: SurveyLifecycleEvent, _ surveyID: String, _ extra: [String: EventValue] = [:]
+    ) throws -> RecordOutcome {
+        guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SurveyError.unknownSurvey(surveyID) }
+        guard let engine = engine.withLock({ $0.engine }) else { throw SpoolError.closed }
+        var parameters = extra
+        parameters["survey_id"] = .string(surveyID)
+        return try engine.record(event.eventName, parameters: parameters)
+    }
+
+    // MARK: - Triggers
+
+    /// Calls `callback` on the delivery queue for every survey that a
+    /// recorded event triggered, until the registration is cancelled.
+    @discardableResult
+    public func onTrigger(_ callback: @escaping @Sendable (SurveyTrigger) -> Void) -> Registration {
+        callbacks.add(callback)
+    }
+
+    /// The same triggers as an `AsyncSequence`; it ends when the engine closes.
+    public func triggers() -> AsyncStream<SurveyTrigger> {
+        callbacks.stream()
+    }
+
+    /// Whether `condition` holds now over the persisted history.
+    public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
+        try condition.validate(surveyID: "")
+        guard let log = engine.withLock({ $0.engine })?.state.withLock({ $0.log }) else { throw SpoolError.notStarted }
+        let now = Date().timeIntervalSince1970
+        return try await log.database.run { try $0.evaluate(condition, now: now) }
+    }
+
+    /// Evaluates `condition` `times` times on the database queue and returns
+    /// each evaluation's duration in nanoseconds: the SQL cost without the
+    /// hop. For spool-bench.
+    @_spi(Internals) public func measureEvaluation(_ condition: SurveyCondition, times: Int) async throws -> [UInt64] {
+        guard let log = engine.withLock({ $0.engine })?.state.withLock({ $0.log }) else { throw SpoolError.notStarted }
+        let now = Date().timeIntervalSince1970
+        return try await log.database.run { connection in
+            try (0..<times).map { _ in
+                let start = DispatchTime.now().uptimeNanoseconds
+                _ = try connection.evaluate(condition, now: now)
+                return DispatchTime.now().uptimeNanoseconds - start
+            }
+        }
+    }
+
+    /// True when some survey could be triggered, so delivery must consult us.
+    var hasSurveys: Bool {
+        state.withLock { !$0.surveys.isEmpty }
+    }
+
+    /// The surveys `name` makes candidates, in registration order.
+    func candidates(for name: String) -> [Survey] {
+        guard !SurveyLifecycleEvent.isLifecycle(name), name != EventEngine.heartbeatEventName else { return [] }
+        return state.withLock { $0.byTrigger[name] ?? $0.wildcards }
+    }
+
+    /// Trigger candidacy and conditions for a group of committed events, in
+    /// log order (on the delivery queue). Conditions are evaluated for the
+    /// whole group in one trip to the database, each at its event's time.
+    func consider(_ events: [CommittedEvent], database: DatabaseQueue) {
+        let candidates = events.map { self.candidates(for: $0.stored.name) }
+        guard candidates.contains(where: { !$0.isEmpty }) else { return }
+        var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
+        if candidates.contains(where: { $0.contains { $0.conditions != .always } }) {
+            let times = events.map(\.stored.recordedAt)
+            let evaluated = try? database.sync { connection in
+                try zip(candidates, times).map { surveys, now in
+                    try surveys.map { try $0.conditions == .always || connection.evaluate($0.conditions, now: now) }
+                }
+            }
+            verdicts = evaluated ?? verdicts.map { $0.map { _ in false } }
+        }
+        for (index, event) in events.enumerated() where verdicts[index].contains(true) {
+            let stored = event.stored
+            let recorded = RecordedEvent(
+                id: stored.id, seq: stored.seq, name: stored.name,
+                parameters: event.parameters?.delivered ?? DeliveryQueue.parse(stored.parametersJSON),
+                timestamp: stored.recordedAt, sessionID: stored.sessionID)
+            for (survey, holds) in zip(candidates[index], verdicts[index]) where holds {
+                callbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded))
+            }
+        }
+    }
+
+    func finishAll() {
+        callbacks.finishAll()
+    }
+}

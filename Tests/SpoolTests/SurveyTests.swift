@@ -1,0 +1,208 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+/// S1–S3 (survey-lifecycle-events.txt): lifecycle events, trigger candidacy,
+/// EVENT_FREQUENCY over the persisted history.
+struct SurveyTests {
+    /// Collects triggers.
+    final class TriggerLog: Sendable {
+        let triggers = Protected<[SurveyTrigger]>([])
+        var surveyIDs: [String] { triggers.withLock { $0.map(\.surveyID) } }
+        var pairs: [String] { triggers.withLock { $0.map { "\($0.surveyID)<-\($0.event.name)" } } }
+    }
+
+    func engine(_ directory: TemporaryDirectory? = nil, triggers: TriggerLog) async throws -> EventEngine {
+        let engine = try await startedEngine(directory)
+        engine.surveys.onTrigger { trigger in triggers.triggers.withLock { $0.append(trigger) } }
+        return engine
+    }
+
+    @Test("S1: lifecycle events are recorded like custom events: stored, delivered, in the history")
+    func lifecycleEventsAreRecordedLikeCustomEvents() async throws {
+        let listener = CollectingListener()
+        let engine = try await startedEngine(before: { $0.events.addObserver(listener) })
+        let onShown = Protected(0)
+        engine.on(.surveyShown) { _ in onShown.withLock { $0 += 1 } }
+        try engine.surveys.register(Survey(id: "nps"))
+        try engine.surveys.markShown("nps")
+        try engine.surveys.markQuestionAnswered("nps", questionID: "q1", answer: 9)
+        try engine.surveys.markDismissed("nps")
+        try engine.surveys.markClosed("nps")
+        try engine.surveys.markCompleted("nps")
+        try await engine.settle()
+        let lifecycle = SurveyLifecycleEvent.allCases.map(\.eventName)
+        let delivered = listener.names.filter(lifecycle.contains)
+        #expect(
+            delivered == [
+                "survey_shown", "survey_question_answered", "survey_dismissed", "survey_closed", "survey_completed",
+            ])
+        let answered = try #require(listener.received.withLock { $0.first { $0.name == "survey_question_answered" } })
+        #expect(answered.parameters == ["survey_id": "nps", "question_id": "q1", "answer": 9])
+        #expect(onShown.withLock { $0 } == 1, "on() subscriptions work for each lifecycle event")
+        let stored = try await engine.storedNames()
+        #expect(lifecycle.allSatisfy(stored.contains), "stored, so uploaded")
+        let history = try await engine.query {
+            try $0.scalarString("SELECT group_concat(name) FROM event_history WHERE name LIKE 'survey_%'")
+        }
+        #expect(history.split(separator: ",").count == 5)
+        await engine.close()
+    }
+
+    @Test("S2: a wildcard survey matches any other event but never its own survey_dismissed")
+    func wildcardSurveyIsNotRetriggeredByItsLifecycle() async throws {
+        let triggers = TriggerLog()
+        let engine = try await engine(triggers: triggers)
+        try engine.surveys.register(Survey(id: "anything"))
+        try engine.record("screen_view")
+        try await engine.settle()
+        #expect(triggers.pairs == ["anything<-screen_view"])
+        // The app shows it, the user dismisses it: no re-trigger.
+        try engine.surveys.markShown("anything")
+        try engine.surveys.markDismissed("anything")
+        try engine.surveys.markCompleted("anything")
+        try engine.record("flush_event")
+        try await engine.settle()
+        #expect(triggers.pairs == ["anything<-screen_view"], "lifecycle events and the heartbeat are never candidates")
+        try engine.record("purchase")
+        try await engine.settle()
+        #expect(triggers.pairs == ["anything<-screen_view", "anything<-purchase"])
+        await engine.close()
+    }
+
+    @Test("S2: named triggers match only their events, and lifecycle names never, even when listed")
+    func namedTriggers() async throws {
+        let triggers = TriggerLog()
+        let engine = try await engine(triggers: triggers)
+        try engine.surveys.register(Survey(id: "checkout", triggerEventNames: ["purchase", "survey_completed"]))
+        try engine.surveys.register(Survey(id: "onboarding", triggerEventNames: ["signup"]))
+        for name in ["screen_view", "purchase", "signup"] { try engine.record(name) }
+        try engine.surveys.markCompleted("checkout")
+        try await engine.settle()
+        #expect(triggers.pairs == ["checkout<-purchase", "onboarding<-signup"])
+        await engine.close()
+    }
+
+    @Test("S3: EVENT_FREQUENCY counts lifecycle events like any other")
+    func frequencyCountsLifecycleEvents() async throws {
+        let triggers = TriggerLog()
+        let engine = try await engine(triggers: triggers)
+        try engine.surveys.register(Survey(id: "first"))
+        // Shown only to users who completed at least two surveys.
+        try engine.surveys.register(
+            Survey(
+                id: "loyal", triggerEventNames: ["app_open"],
+                conditions: .eventFrequency(EventFrequency("survey_completed", .atLeast, 2))))
+        try engine.record("app_open")
+        try await engine.settle()
+        #expect(!triggers.surveyIDs.contains("loyal"))
+        try engine.surveys.markCompleted("first")
+        try engine.surveys.markCompleted("first")
+        try engine.record("app_open")
+        try await engine.settle()
+        #expect(triggers.surveyIDs.filter { $0 == "loyal" }.count == 1)
+        #expect(try await engine.surveys.evaluate(.eventFrequency(EventFrequency("survey_completed", .exactly, 2))))
+        await engine.close()
+    }
+
+    @Test("S3: at least, at most, exactly, windows and all/any combinations over the history")
+    func frequencyConditions() async throws {
+        let engine = try await startedEngine()
+        let now = Date().timeIntervalSince1970
+        // Five purchases: three this week, two two months ago.
+        try await engine.query { connection in
+            for (index, age) in [1.0, 2, 3, 60, 61].enumerated() {
+                try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES ('purchase', ?)") {
+                    try $0.bind(now - age * 86_400 - Double(index), at: 1)
+                    try $0.step()
+                }
+            }
+        }
+        func holds(_ condition: SurveyCondition) async throws -> Bool { try await engine.surveys.evaluate(condition) }
+        let f = { (comparison: EventFrequency.Comparison, count: Int, window: EventFrequency.Window) in
+            SurveyCondition.eventFrequency(EventFrequency("purchase", comparison, count, in: window))
+        }
+        #expect(try await holds(f(.atLeast, 5, .ever)))
+        #expect(try await !holds(f(.atLeast, 6, .ever)))
+        #expect(try await holds(f(.exactly, 3, .days(7))))
+        #expect(try await holds(f(.atMost, 3, .days(7))))
+        #expect(try await !holds(f(.atMost, 2, .days(7))))
+        #expect(try await holds(f(.exactly, 0, .last(seconds: 3_600))))
+        #expect(try await holds(.all([f(.atLeast, 3, .days(7)), f(.exactly, 5, .ever)])))
+        #expect(try await !holds(.all([f(.atLeast, 3, .days(7)), f(.exactly, 4, .ever)])))
+        #expect(try await holds(.any([f(.atLeast, 9, .ever), f(.atMost, 5, .ever)])))
+        #expect(try await !holds(.any([])))
+        #expect(try await holds(.always))
+        await engine.close()
+    }
+
+    @Test("P1: the history survives a restart and the upload of its events, and is pruned by age")
+    func historySurvivesRestartAndIsPruned() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let dispatcher = DefaultEventDispatcher(timerInterval: 60)
+        var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
+        configuration.historyRetention = 30 * 86_400
+        let first = EventEngine(configuration: configuration)
+        try await first.start()
+        for _ in 0..<3 { try first.record("purchase") }
+        try await first.flush()
+        #expect(try await first.query { try $0.countEvents(after: 0) } == 0, "uploaded and deleted from the log")
+        // An occurrence older than the retention, written by hand.
+        try await first.query { connection in
+            try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES ('purchase', ?)") {
+                try $0.bind(Date().timeIntervalSince1970 - 45 * 86_400, at: 1)
+                try $0.step()
+            }
+        }
+        await first.close()
+
+        let second = EventEngine(configuration: configuration)
+        try await second.start()
+        #expect(
+            try await second.surveys.evaluate(.eventFrequency(EventFrequency("purchase", .exactly, 3))),
+            "kept across the restart; the 45-day-old one pruned")
+        await second.close()
+    }
+
+    @Test("bad input: unknown survey ids, negative counts or windows, empty trigger lists")
+    func badInput() async throws {
+        let engine = try await startedEngine()
+        #expect(throws: SurveyError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
+        #expect(try await engine.storedNames() == ["session_start"], "nothing recorded for an unknown survey")
+        #expect(throws: SurveyError.emptySurveyID) { try engine.surveys.register(Survey(id: "")) }
+        #expect(throws: SurveyError.emptyTriggerList(surveyID: "s")) {
+            try engine.surveys.register(Survey(id: "s", triggerEventNames: []))
+        }
+        #expect(throws: SurveyError.invalidCondition(surveyID: "s", reason: "negative count -1")) {
+            try engine.surveys.register(
+                Survey(id: "s", conditions: .eventFrequency(EventFrequency("x", .atLeast, -1))))
+        }
+        #expect(throws: SurveyError.self) {
+            try engine.surveys.register(
+                Survey(
+                    id: "s",
+                    conditions: .all([.eventFrequency(EventFrequency("x", .atMost, 1, in: .last(seconds: -5)))])))
+        }
+        #expect(engine.surveys.registered.isEmpty, "a refused survey is not half-registered")
+        // Re-registering replaces; unregistering an unknown id is harmless.
+        try engine.surveys.register(Survey(id: "s", triggerEventNames: ["a"]))
+        try engine.surveys.register(Survey(id: "s", triggerEventNames: ["b"]))
+        #expect(engine.surveys.registered.map(\.triggerEventNames) == [["b"]])
+        engine.surveys.unregister("nope")
+        await engine.close()
+    }
+
+    @Test func triggersStreamEndsOnClose() async throws {
+        let engine = try await startedEngine()
+        try engine.surveys.register(Survey(id: "w"))
+        let stream = engine.surveys.triggers()
+        try engine.record("one")
+        try engine.record("two")
+        try await engine.settle()
+        let collected = Task { await stream.reduce(into: [String]()) { $0.append($1.event.name) } }
+        await engine.close()
+        #expect(await collected.value == ["one", "two"])
+    }
+}
