@@ -99,13 +99,22 @@ public final class EventEngine: Sendable {
             state.withLock { $0.phase = .idle }
             throw error
         }
-        let uploader = try await startUploader(log)
-        log.setCommitHandler { [delivery] committed in
-            delivery.enqueue(committed)
-            if let uploader { Task { await uploader.committed(committed.count) } }
+        do {
+            let uploader = try await startUploader(log)
+            log.setCommitHandler { [delivery] committed in
+                delivery.enqueue(committed)
+                if let uploader { Task { await uploader.committed(committed.count) } }
+            }
+            delivery.attach(log)
+            try await attachDurableListeners(log)
+        } catch {
+            // Leave nothing half-started: the engine can be started again.
+            await stopUploader()
+            uploaderBox.withLock { $0 = nil }
+            log.database.close()
+            state.withLock { $0.phase = .idle }
+            throw error
         }
-        delivery.attach(log)
-        try await attachDurableListeners(log)
         state.withLock { state in
             state.log = log
             state.phase = .started

@@ -45,12 +45,32 @@ struct ConnectionTests {
         }
     }
 
-    @Test func unwritableDirectoryIsATypedError() throws {
-        guard getuid() != 0 else { return }  // root can write anywhere
+    @Test func unwritableDirectoryIsATypedErrorNamingThePath() throws {
         let directory = TemporaryDirectory()
-        try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: directory.url.path)
+        let path: URL
+        if getuid() == 0 {
+            // Root writes through permission bits; sysfs refuses even root.
+            path = URL(fileURLWithPath: "/sys/spool-\(getpid()).sqlite")
+        } else {
+            try FileManager.default.setAttributes([.posixPermissions: 0o500], ofItemAtPath: directory.url.path)
+            path = directory.databaseURL
+        }
         defer { try? FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.url.path) }
-        #expect(throws: SpoolError.self) { _ = try DatabaseQueue(location: .file(directory.databaseURL)) }
+        #expect {
+            _ = try DatabaseQueue(location: .file(path))
+        } throws: { error in
+            guard case SpoolError.cannotOpen(let failedPath, let reason) = error else { return false }
+            return failedPath == path.path && reason.contains("ermission denied")
+        }
+    }
+
+    @Test func aParentThatIsAFileIsATypedError() throws {
+        let directory = TemporaryDirectory()
+        try Data("x".utf8).write(to: directory.file("plain"))
+        let path = directory.file("plain/spool.sqlite")
+        #expect(throws: SpoolError.cannotOpen(path: path.path, reason: "Not a directory")) {
+            _ = try DatabaseQueue(location: .file(path))
+        }
     }
 
     @Test func aFileThatIsNotSQLiteIsNeverOverwritten() throws {

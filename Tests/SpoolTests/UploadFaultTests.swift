@@ -99,7 +99,8 @@ struct UploadFaultTests {
     func badRequestsAreIsolated() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        // One batch of 26 (no size trigger before the collector is told which ids to refuse).
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
         try await engine.start()
         let ids = try record(engine, 25)
         let rejected = [ids[3], ids[17]]

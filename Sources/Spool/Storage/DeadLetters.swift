@@ -29,15 +29,7 @@ extension Connection {
                     statement.resetKeepingBindings()
                 }
             }
-            try withStatement(
-                "UPDATE consumers SET position = max(position, ?), updated_at = ? WHERE id = ?"
-            ) { statement in
-                try statement.bind(last, at: 1)
-                try statement.bind(Date().timeIntervalSince1970, at: 2)
-                try statement.bind(consumer, at: 3)
-                try statement.step()
-            }
-            _ = try deleteFinishedPrefix()
+            try advanceConsumerInTransaction(consumer, to: last)
         }
     }
 
