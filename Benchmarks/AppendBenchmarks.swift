@@ -157,6 +157,8 @@ struct AppendBenchmarks {
                     detail: "append until durable, median of \(rounds) × \(measured)"))
         }
         let total = try await log.countEvents(after: 0)
+        let walBytes =
+            (try? FileManager.default.attributesOfItem(atPath: scratch.database.path + "-wal")[.size] as? Int) ?? 0
         try await log.close()
         log.database.close()
         report.add(
@@ -164,6 +166,15 @@ struct AppendBenchmarks {
                 area: "append", name: "cost at 1M backlog / cost at 10k backlog",
                 value: costs[1_000_000]! / costs[10_000]!,
                 unit: "×", target: 1.2, comparison: .atMost))
+        report.add(
+            Row(
+                area: "append", name: "WAL file size at a 1M backlog", value: Double(walBytes) / 1_048_576, unit: "MB",
+                detail: "bounded by the writer's RESTART checkpoint past 4000 pages"))
+        report.add(
+            Row(
+                area: "append", name: "process RSS before opening (runtime, Foundation, FoundationNetworking)",
+                value: startRSS, unit: "MB",
+                detail: "FoundationNetworking with libcurl and its TLS/krb5/ldap libraries is 6.4 MB of it on Linux"))
         report.add(
             Row(
                 area: "append", name: "peak RSS while building a 1M backlog", value: Double(peakRSS()) / 1_048_576,

@@ -158,3 +158,34 @@ struct EventLogTests {
         log.database.close()
     }
 }
+
+struct CheckpointTests {
+    /// Under continuous appends a passive background checkpoint never catches
+    /// up; the writer's RESTART past 4000 pages keeps the WAL bounded.
+    @Test func theWALStaysBoundedUnderContinuousAppends() async throws {
+        let directory = TemporaryDirectory()
+        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let padding = String(repeating: "p", count: 400)
+        var largest = 0
+        for chunk in 0..<30 {
+            for index in 0..<2_000 {
+                try log.append(
+                    EventRecord(
+                        name: "load", parametersJSON: #"{"i":\#(chunk * 2_000 + index),"pad":"\#(padding)"}"#,
+                        recordedAt: 1))
+            }
+            if chunk % 5 == 4 { try await log.waitUntilAllDurable() }
+            let size =
+                (try? FileManager.default.attributesOfItem(atPath: directory.databaseURL.path + "-wal")[.size] as? Int)
+                ?? 0
+            largest = max(largest, size)
+        }
+        try await log.waitUntilAllDurable()
+        // 60k events of ~0.5 KB is ~30 MB of pages; the WAL never holds them all.
+        #expect(largest < 24 * 1_048_576, "WAL reached \(largest / 1_048_576) MB")
+        #expect(try await log.countEvents(after: 0) == 60_000)
+        try await log.close()
+        log.database.close()
+        #expect(!FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal"), "closing removes the WAL")
+    }
+}

@@ -104,6 +104,9 @@ final class Connection {
                 path: path, pragma: "synchronous", expected: "\(options.synchronous.pragmaValue)",
                 actual: "\(synchronous)")
         }
+        // After the WAL starts over, truncate its file to 4 MiB so one burst
+        // does not keep its size on disk forever.
+        if !isInMemory { _ = try scalarInt("PRAGMA journal_size_limit = 4194304") }
         try execute("PRAGMA foreign_keys = ON")
         guard try scalarInt("PRAGMA foreign_keys") == 1 else {
             throw SpoolError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")
