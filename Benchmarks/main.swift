@@ -1,6 +1,7 @@
 import Foundation
+@_spi(Internals) import Spool
 
-// spool-bench [--quick] [--output PATH] [--only AREA]
+// spool-bench [--quick] [--output PATH] [--only AREA] [--phase memory]
 //
 // Measures Spool beside baselines written directly against SQLite, in the same
 // run, and prints ratios: machines here are noisy, absolute numbers are not
@@ -36,6 +37,24 @@ if let phase {
     report.emitsJSONLines = true
     switch phase {
     case "append-backlog": try await AppendBenchmarks(quick: quick, report: report).backlogCost()
+    case "memory":
+        // Where resident memory goes, step by step (a diagnostic; not in the table).
+        func rss(_ label: String) { print("\(pad(label, 36)) \(formatNumber(Double(currentRSS()) / 1_048_576)) MB") }
+        rss("process start")
+        let rawScratch = Scratch("memory-raw")
+        let raw = RawSQLite(path: rawScratch.database.path)
+        raw.createPlainEventsTable()
+        rss("a raw SQLite connection opened")
+        let scratch = Scratch("memory")
+        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        rss("Spool's event log opened")
+        for chunk in [1_000, 10_000, 10_000, 50_000] {
+            for _ in 0..<chunk { try log.append(AppendBenchmarks.record()) }
+            try await log.waitUntilAllDurable()
+            rss("after appending \(chunk) at once")
+        }
+        try await log.close()
+        log.database.close()
     default: fatalError("unknown phase \(phase)")
     }
     exit(0)
