@@ -115,9 +115,17 @@ public final class EventEngine: Sendable {
             state.withLock { $0.phase = .idle }
             throw error
         }
-        state.withLock { state in
+        let closedMeanwhile = state.withLock { state -> Bool in
+            guard state.phase != .closed else { return true }
             state.log = log
             state.phase = .started
+            return false
+        }
+        if closedMeanwhile {
+            // close() ran while this was opening: close what was opened.
+            await stopUploader()
+            log.database.close()
+            throw SpoolError.closed
         }
         startSession()
         // Ready fires once the start-up events (session_start and those

@@ -229,6 +229,13 @@ struct DispatcherRuleTests {
         let events = json?["events"] as? [[String: Any]]
         #expect(events?.map { $0["name"] as? String } == ["session_start", "custom"])
         #expect(json?["sentAt"] is String)
+        // The documented body: id, name, timestamp, session, parameters.
+        let custom = try #require(events?.last)
+        #expect(Set(custom.keys) == ["id", "name", "timestamp", "session", "parameters"])
+        #expect((custom["id"] as? String).flatMap(UUID.init(uuidString:)) != nil)
+        #expect((custom["timestamp"] as? String)?.hasSuffix("Z") == true)
+        #expect(custom["session"] as? String == engine.currentSessionID)
+        #expect(custom["parameters"] is [String: Any])
         #expect(try await engine.uploadStatistics().pending == 0)
         await engine.close()
     }

@@ -65,45 +65,10 @@ struct UploadBody {
         return true
     }
 
-    /// Adds a stored event (see the raw variant).
-    mutating func append(_ event: StoredEvent) -> Bool {
-        var id = event.id
-        var name = event.name
-        var parameters = event.parametersJSON
-        var session = event.sessionID
-        return id.withUTF8 { id in
-            name.withUTF8 { name in
-                parameters.withUTF8 { parameters in
-                    if session == nil {
-                        return append(
-                            id: UnsafeRawBufferPointer(id), name: UnsafeRawBufferPointer(name),
-                            recordedAt: event.recordedAt, session: nil, parameters: UnsafeRawBufferPointer(parameters))
-                    }
-                    return session!.withUTF8 { session in
-                        append(
-                            id: UnsafeRawBufferPointer(id), name: UnsafeRawBufferPointer(name),
-                            recordedAt: event.recordedAt, session: UnsafeRawBufferPointer(session),
-                            parameters: UnsafeRawBufferPointer(parameters))
-                    }
-                }
-            }
-        }
-    }
-
     /// The finished body.
     consuming func finish() -> Data {
         bytes.append(contentsOf: "]}".utf8)
         return Data(bytes)
-    }
-
-    /// A body from the longest prefix of `events` that fits.
-    static func build(_ events: some Sequence<StoredEvent>, sentAt: Date = Date(), maximumBytes: Int = maximumBytes)
-        -> (body: Data, count: Int)
-    {
-        var body = UploadBody(sentAt: sentAt, maximumBytes: maximumBytes)
-        for event in events where !body.append(event) { break }
-        let count = body.count
-        return (body.finish(), count)
     }
 }
 

@@ -200,7 +200,6 @@ final class Connection {
         return result
     }
 
-    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
     var changes: Int { Int(sqlite3_changes(handle)) }
 }
 

@@ -65,7 +65,11 @@ public enum DatabaseLocation: Sendable, Hashable {
     }
 
     deinit {
-        close()
+        // No block on `queue` can be running: each one holds `self`. So close
+        // directly — `close()`'s queue.sync would deadlock if the last
+        // reference went away on the queue itself (an actor it executes).
+        connection?.close()
+        checkpointer?.close()
     }
 
     /// Runs `body` on the queue and waits for it. Never call from the queue.

@@ -1,5 +1,5 @@
 /// One row of the event log.
-public struct StoredEvent: Sendable, Hashable {
+@_spi(Internals) public struct StoredEvent: Sendable, Hashable {
     /// The log position: increases with every accepted append, never reused.
     public let seq: Int64
     /// The stable UUIDv7 a collector deduplicates on.
