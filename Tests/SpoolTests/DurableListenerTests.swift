@@ -107,6 +107,29 @@ struct DurableListenerTests {
         await back.close()
     }
 
+    @Test("an attached durable listener hears every event live, so the retention bound costs it nothing")
+    func attachedListenerIsNotToldOfFalseDrops() async throws {
+        let directory = TemporaryDirectory()
+        let missed = Protected(0)
+        let slow = CollectingListener { _, _ in Thread.sleep(forTimeInterval: 0.0005) }
+        let first = engine(directory, retained: 50)
+        first.events.addDurableObserver(slow, id: "slow") { count in missed.withLock { $0 += count } }
+        try await first.start()
+        for index in 0..<300 { try first.record("e\(index)") }
+        await first.close()
+        #expect(slow.customNames.count == 300, "every event arrived, though the log kept only 50")
+        #expect(missed.withLock { $0 } == 0)
+
+        let again = CollectingListener()
+        let second = engine(directory, retained: 50)
+        second.events.addDurableObserver(again, id: "slow") { count in missed.withLock { $0 += count } }
+        try await second.start()
+        try await second.settle()
+        #expect(missed.withLock { $0 } == 0, "no drops reported for events it had received")
+        #expect(again.customNames.isEmpty, "nothing is delivered twice")
+        await second.close()
+    }
+
     @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once")
     func resumesAfterSIGKILL() async throws {
         let child = buildProductsDirectory.appending(path: "spool-crash-child").path

@@ -172,13 +172,22 @@ final class DeliveryQueue: @unchecked Sendable {
 
     /// Writes advanced durable positions (and deletes the prefix every
     /// consumer finished), off this queue.
+    ///
+    /// An attached listener hears every committed event from this queue, even
+    /// ones the retention bound has already deleted from the log, so drops
+    /// counted against its (lagging) saved position are not real: they are
+    /// marked reported with the save. Real drops happen only while it is away
+    /// (told at the next attach) or show up as gaps in a catch-up (told then).
     private func savePositions() {
         guard let log else { return }
         for (id, state) in durables where state.deliveredThrough > state.savedThrough {
             let consumer = state.durable.consumerID
             let position = state.deliveredThrough
             log.database.async { connection in
-                _ = try? connection?.advanceConsumer(consumer, to: position)
+                _ = try? connection?.transaction {
+                    try connection?.advanceConsumerInTransaction(consumer, to: position)
+                    try connection?.markDropsReported(of: consumer)
+                }
             }
             durables[id]?.savedThrough = position
         }

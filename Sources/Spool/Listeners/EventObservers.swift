@@ -78,8 +78,10 @@ public final class EventObservers: Sendable {
     /// finished (at least once — an event it was handling when the app died
     /// comes again), then new ones. Events are kept until every durable
     /// listener and the uploader have passed them, up to the engine's
-    /// `maximumRetainedEvents`; if the listener falls further behind, the
-    /// oldest events give way and `onMissed` is told how many it lost.
+    /// `maximumRetainedEvents`. While added, the listener hears every event
+    /// as it is committed, however slow it is; while it is away (not added,
+    /// or released), the log keeps only that many for it, and on its return
+    /// `onMissed` is told how many gave way.
     ///
     /// The listener is held weakly, like ``addObserver(_:)``; while it is gone
     /// its position stays put.

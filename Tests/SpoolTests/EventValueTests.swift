@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+
+@_spi(Internals) @testable import Spool
+
+struct EventValueTests {
+    @Test func literalsAndAccessors() {
+        let value: EventValue = ["s": "text", "i": 3, "d": 2.5, "b": true, "n": nil, "a": [1, "x"], "o": ["k": 1]]
+        guard case .object(let object) = value else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(object["s"]?.stringValue == "text")
+        #expect(object["i"]?.intValue == 3)
+        #expect(object["i"]?.doubleValue == 3, "ints widen to doubles")
+        #expect(object["d"]?.doubleValue == 2.5)
+        #expect(object["b"]?.boolValue == true)
+        #expect(object["n"] == .null)
+        #expect(object["s"]?.intValue == nil && object["i"]?.stringValue == nil && object["s"]?.boolValue == nil)
+    }
+
+    @Test func codableRoundTripsWithDatesAsStrings() throws {
+        let date = Date(timeIntervalSince1970: 1_764_411_330.123)
+        let value: EventValue = ["when": .date(date), "list": [1, 2.5, "x", true, nil], "nested": ["deep": ["a": 1]]]
+        let data = try JSONEncoder().encode(value)
+        let decoded = try JSONDecoder().decode(EventValue.self, from: data)
+        #expect(decoded == value.delivered)
+        guard case .object(let object) = decoded else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(object["when"] == .string("2025-11-29T10:15:30.123Z"))
+    }
+
+    @Test func theReaderRejectsMalformedJSON() throws {
+        for bad in [
+            "", "{", #"{"a":}"#, #"{"a":1,}"#, "[1 2]", #""unterminated"#, "nul", #"{"a":"\x"}"#, "{} trailing",
+        ] {
+            #expect(throws: JSONReader.Failure.self, "\(bad)") { _ = try JSONReader.parse(bad) }
+        }
+        let parsed = try JSONReader.parse(#" {"a" : [ 1 , -2.5e3 , "\u00e9\ud83d\ude00" ] } "#)
+        #expect(parsed == .object(["a": [1, -2500.0, "é😀"]]))
+    }
+}
