@@ -29,7 +29,7 @@ extension EventEngine {
         let accepted = try accept(name, parameters: parameters, onQueuedAppend: waiter.deliver)
         switch accepted.outcome {
         case .recorded:
-            try await accepted.log!.waitUntilDurable(accepted.receipt!)
+            if let log = accepted.log, let receipt = accepted.receipt { try await log.waitUntilDurable(receipt) }
         case .queuedUntilSessionStart:
             let receipt = try await waiter.value()
             let log = state.withLock { $0.log }
