@@ -6,7 +6,9 @@ import Foundation
 
 extension EventEngine {
     /// Uploads everything queued now, ignoring any backoff wait, and returns
-    /// when it is uploaded (or dead-lettered).
+    /// when it is uploaded (or dead-lettered). While the user has opted out or
+    /// the engine is disabled nothing is uploaded, and this returns at once;
+    /// the events wait for consent to return.
     ///
     /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
     ///   take it all (the rest stays queued and is retried with backoff);
