@@ -41,6 +41,15 @@ extension EventEngine {
         return accepted.outcome
     }
 
+    /// The most events held while no session runs.
+    var waitingLimit: Int { configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize }
+
+    /// Events that gave way while waiting for a session (the waiting queue is
+    /// bounded like the log; the oldest go first).
+    public var eventsDroppedWhileWaitingForSession: Int {
+        state.withLock { $0.waitingDropped }
+    }
+
     private struct Accepted {
         var outcome: RecordOutcome
         var receipt: AppendReceipt?
@@ -76,6 +85,13 @@ extension EventEngine {
                 state.sessionCount += 1
             }
             guard let log = state.log, let sessionID = state.sessionID else {
+                // Bounded like the log: past it the oldest waiting event gives way.
+                if state.waiting.count >= waitingLimit {
+                    let dropped = state.waiting.removeFirst()
+                    state.waitingDropped += 1
+                    let notify = dropped.onAppended
+                    DispatchQueue.global().async { notify?(.failure(SpoolError.droppedWhileWaitingForSession)) }
+                }
                 state.waiting.append(Waiting(record: record, onAppended: onQueuedAppend))
                 return Accepted(outcome: .queuedUntilSessionStart)
             }

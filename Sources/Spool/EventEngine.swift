@@ -41,8 +41,10 @@ public final class EventEngine: Sendable {
         var sessionID: String?
         /// Non-priority events counted toward the current (or upcoming) session.
         var sessionCount = 0
-        /// Events accepted while no session runs, in order (L2).
+        /// Events accepted while no session runs, in order (L2), at most
+        /// `waitingLimit`.
         var waiting: [Waiting] = []
+        var waitingDropped = 0
         var log: EventLog?
     }
 

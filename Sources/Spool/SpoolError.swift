@@ -20,6 +20,9 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidEvent(EventValidationError)
     /// A configuration value is out of range.
     case invalidConfiguration(String)
+    /// The event waited for a session longer than the waiting queue could
+    /// hold it: newer events pushed it out (the queue keeps the newest).
+    case droppedWhileWaitingForSession
 
     public var description: String {
         switch self {
@@ -40,6 +43,8 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
             return "Invalid event: \(reason)"
         case .invalidConfiguration(let reason):
             return "Invalid configuration: \(reason)"
+        case .droppedWhileWaitingForSession:
+            return "The event was dropped while waiting for a session: newer events filled the waiting queue"
         }
     }
 }

@@ -42,6 +42,24 @@ struct ListenerRuleTests {
         await engine.close()
     }
 
+    @Test("L2: the events waiting for a session are bounded like the log; the oldest give way, counted")
+    func waitingEventsAreBounded() async throws {
+        let listener = CollectingListener()
+        let engine = EventEngine(configuration: EngineConfiguration(maximumRetainedEvents: 100))
+        engine.events.addObserver(listener)
+        let firstDurable = Task { try await engine.recordDurably("w0") }
+        for _ in 0..<500 where engine.state.withLock({ $0.waiting.isEmpty }) {
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
+        await #expect(throws: SpoolError.droppedWhileWaitingForSession) { _ = try await firstDurable.value }
+        #expect(engine.eventsDroppedWhileWaitingForSession == 30)
+        try await engine.start()
+        try await engine.settle()
+        #expect(listener.customNames == (30..<130).map { "w\($0)" })
+        await engine.close()
+    }
+
     @Test("L3: opted out or disabled, nothing is recorded, delivered or uploaded")
     func optedOutOrDisabledRecordsNothing() async throws {
         let listener = CollectingListener()
