@@ -188,4 +188,33 @@ struct CheckpointTests {
         log.database.close()
         #expect(!FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal"), "closing removes the WAL")
     }
+
+    /// A reader holding a snapshot (the sqlite3 CLI inside a transaction, an
+    /// app extension) keeps the WAL from restarting; the writer must carry on
+    /// instead of waiting out its busy timeout on every commit.
+    @Test(.timeLimit(.minutes(1)))
+    func aLongReaderDoesNotStallTheWriter() async throws {
+        let directory = TemporaryDirectory()
+        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        try await log.appendDurably(10)
+        let reader = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
+        try reader.execute("BEGIN")
+        #expect(try reader.scalarInt("SELECT count(*) FROM events") == 10)
+        let padding = String(repeating: "r", count: 400)
+        for chunk in 0..<30 {
+            for index in 0..<2_000 {
+                try log.append(
+                    EventRecord(
+                        name: "busy", parametersJSON: #"{"i":\#(chunk * 2_000 + index),"pad":"\#(padding)"}"#,
+                        recordedAt: 1))
+            }
+            try await log.waitUntilAllDurable()
+        }
+        #expect(try await log.countEvents(after: 0) == 60_010)
+        #expect(try reader.scalarInt("SELECT count(*) FROM events") == 10, "the reader kept its snapshot")
+        try reader.execute("COMMIT")
+        reader.close()
+        try await log.close()
+        log.database.close()
+    }
 }

@@ -27,9 +27,13 @@ final class Checkpointer: @unchecked Sendable {
     /// and the next commit writes the WAL from its beginning.
     let restartPages: Int32
 
+    /// The writer's busy timeout, restored after a restart attempt.
+    private let busyTimeoutMilliseconds: Int32
+
     init(path: String, options: ConnectionOptions, thresholdPages: Int32 = 1_000, restartPages: Int32 = 4_000) throws {
         self.thresholdPages = thresholdPages
         self.restartPages = restartPages
+        self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         let connection = try Connection(path: path, options: options)
         // A checkpoint streams pages from the WAL; it needs no page cache of its own.
         try connection.execute("PRAGMA cache_size = -128")
@@ -44,7 +48,14 @@ final class Checkpointer: @unchecked Sendable {
             { context, writer, database, pages in
                 let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context!).takeUnretainedValue()
                 if pages >= checkpointer.restartPages {
+                    // Never wait: a reader in another process (an app extension,
+                    // the sqlite3 CLI inside a transaction) or the background pass
+                    // would stall every commit for the busy timeout. Busy, it acts
+                    // as a passive pass and the next commit tries again.
+                    sqlite3_busy_timeout(writer, 0)
                     sqlite3_wal_checkpoint_v2(writer, database, SQLITE_CHECKPOINT_RESTART, nil, nil)
+                    sqlite3_busy_timeout(writer, checkpointer.busyTimeoutMilliseconds)
+                    checkpointer.request()
                 } else if pages >= checkpointer.thresholdPages {
                     checkpointer.request()
                 }
