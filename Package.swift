@@ -3,7 +3,8 @@ import PackageDescription
 
 let package = Package(
     name: "Spool",
-    platforms: [.macOS(.v13), .iOS(.v16), .watchOS(.v9), .tvOS(.v16)],
+    // Custom actor executors (the uploader runs on the database queue) need these.
+    platforms: [.macOS(.v14), .iOS(.v17), .watchOS(.v10), .tvOS(.v17)],
     products: [
         .library(name: "Spool", targets: ["Spool"]),
         .executable(name: "spool-bench", targets: ["spool-bench"]),
