@@ -181,8 +181,10 @@ struct CheckpointTests {
             largest = max(largest, size)
         }
         try await log.waitUntilAllDurable()
-        // 60k events of ~0.5 KB is ~30 MB of pages; the WAL never holds them all.
-        #expect(largest < 24 * 1_048_576, "WAL reached \(largest / 1_048_576) MB")
+        // 60k events of ~0.5 KB is ~30 MB of pages, written again and again as
+        // the tree grows: 130 MB of WAL without the restart. With it the WAL
+        // stays near 16 MB (more only while a background pass holds it off).
+        #expect(largest < 48 * 1_048_576, "WAL reached \(largest / 1_048_576) MB")
         #expect(try await log.countEvents(after: 0) == 60_000)
         try await log.close()
         log.database.close()
