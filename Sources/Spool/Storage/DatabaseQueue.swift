@@ -61,7 +61,8 @@ public enum DatabaseLocation: Sendable, Hashable {
                 throw error
             }
         }
-        self.connection = connection
+        // Published on the queue, where every later access happens.
+        queue.sync { self.connection = connection }
     }
 
     deinit {
