@@ -140,16 +140,10 @@ public final class EventEngine: Sendable {
 
     /// Opens the database off the caller's executor (it does file I/O).
     private static func openDatabase(_ configuration: EngineConfiguration) async throws -> DatabaseQueue {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global(qos: .userInitiated).async {
-                continuation.resume(
-                    with: Result {
-                        try DatabaseQueue(
-                            location: configuration.database,
-                            options: ConnectionOptions(synchronous: configuration.synchronous))
-                    })
-            }
-        }
+        try await Task.detached(priority: .userInitiated) {
+            try DatabaseQueue(
+                location: configuration.database, options: ConnectionOptions(synchronous: configuration.synchronous))
+        }.value
     }
 
     /// Commits everything accepted, delivers what is committed, saves durable
