@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import Testing
 
@@ -146,6 +147,30 @@ struct EventLogTests {
         #expect(events.map(\.id) == receipts.map(\.id))
         try await log.close()
         database.close()
+    }
+
+    @Test func aRowTheDatabaseRefusesFailsAloneAndTheRestCommit() async throws {
+        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        defer { log.database.close() }
+        // A real per-row refusal: lower SQLite's string length limit so one
+        // event is SQLITE_TOOBIG.
+        try log.database.sync { _ = sqlite3_limit($0.handle, SQLITE_LIMIT_LENGTH, 1_000) }
+        var receipts: [AppendReceipt] = []
+        for index in 0..<20 {
+            let json = index == 7 ? #"{"pad":"\#(String(repeating: "x", count: 2_000))"}"# : #"{"i":\#(index)}"#
+            receipts.append(try log.append(EventRecord(name: "e\(index)", parametersJSON: json, recordedAt: 1)))
+        }
+        await #expect {
+            try await log.waitUntilDurable(receipts[7])
+        } throws: { error in
+            (error as? SQLiteError)?.resultCode == .tooBig
+        }
+        try await log.waitUntilDurable(receipts[19])
+        let names = try await log.readEvents(after: 0, limit: 100).map(\.name)
+        #expect(names == (0..<20).filter { $0 != 7 }.map { "e\($0)" })
+        // The log goes on, and a late wait on the refused row still gets the error.
+        try await log.appendDurably(3, name: "later")
+        await #expect(throws: SQLiteError.self) { try await log.waitUntilDurable(receipts[7]) }
     }
 
     @Test func appendsAfterCloseAreRefused() async throws {

@@ -39,6 +39,9 @@ import Foundation
         var closed = false
         var commitHandler: CommitHandler?
         var maximumRetainedEvents: Int?
+        /// Appends the database refused, by ticket (rare; kept so a late
+        /// `waitUntilDurable` still gets the error).
+        var rejected: [UInt64: SQLiteError] = [:]
     }
 
     @_spi(Internals) public let database: DatabaseQueue
@@ -105,6 +108,7 @@ import Foundation
     private func waitUntilDurable(ticket: UInt64) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let immediate: Result<Void, any Error>? = state.withLock { state in
+                if let error = state.rejected[ticket] { return .failure(error) }
                 if ticket <= state.durableThrough { return .success(()) }
                 state.waiters.append(Waiter(ticket: ticket, continuation: continuation))
                 return nil
@@ -131,6 +135,11 @@ import Foundation
 
     /// Commits what is buffered, on the database queue, in transactions of at
     /// most ``maximumGroupSize`` rows.
+    ///
+    /// A row the database refuses (a constraint, a value too big) must not
+    /// hold back the rows around it: the group is then committed row by row,
+    /// and only the refused row's callers get the error. Any other failure
+    /// (disk full, I/O) keeps everything buffered, in order, for a retry.
     private func commitBuffered(_ connection: Connection) {
         // Take the whole buffer in O(1); appenders start a fresh one.
         let staged: [Pending] = state.withLock { state in
@@ -141,20 +150,22 @@ import Foundation
         var start = staged.startIndex
         while start < staged.endIndex {
             let group = staged[start..<min(staged.endIndex, start + Self.maximumGroupSize)]
-            let last = group[group.endIndex - 1].ticket
             do {
-                let committed = try write(group, connection)
-                let (ready, handler) = state.withLock { state in
-                    state.durableThrough = last
-                    state.consecutiveFailures = 0
-                    return (takeWaiters(through: last, from: &state), state.commitHandler)
+                do {
+                    try commit(group, connection)
+                } catch let error as SQLiteError where error.isRowSpecific {
+                    for index in group.indices {
+                        start = index
+                        do {
+                            try commit(staged[index...index], connection)
+                        } catch let error as SQLiteError where error.isRowSpecific {
+                            reject(staged[index], error)
+                        }
+                    }
                 }
-                // The handler first: once a caller sees its event durable, the
-                // event is already on its way to listeners.
-                if let handler { handler(committed()) }
-                for waiter in ready { waiter.continuation.resume() }
                 start = group.endIndex
             } catch {
+                let last = group[group.endIndex - 1].ticket
                 let failed = state.withLock { state in
                     // Back at the front, in the same order, for the next attempt.
                     state.buffer.insert(contentsOf: staged[start...], at: 0)
@@ -167,6 +178,33 @@ import Foundation
             }
         }
         rescheduleIfNeeded(afterFailure: false)
+    }
+
+    /// Writes one group in one transaction and tells the handler and the
+    /// waiters.
+    private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
+        let committed = try write(group, connection)
+        let last = group[group.endIndex - 1].ticket
+        let (ready, handler) = state.withLock { state in
+            state.durableThrough = last
+            state.consecutiveFailures = 0
+            return (takeWaiters(through: last, from: &state), state.commitHandler)
+        }
+        // The handler first: once a caller sees its event durable, the event
+        // is already on its way to listeners.
+        if let handler { handler(committed()) }
+        for waiter in ready { waiter.continuation.resume() }
+    }
+
+    /// Drops one row the database refused: its callers get `error`, and the
+    /// log moves on.
+    private func reject(_ pending: Pending, _ error: SQLiteError) {
+        let failed = state.withLock { state in
+            state.rejected[pending.ticket] = error
+            state.durableThrough = max(state.durableThrough, pending.ticket)
+            return takeWaiters(through: pending.ticket, from: &state)
+        }
+        for waiter in failed { waiter.continuation.resume(throwing: error) }
     }
 
     private func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {

@@ -21,6 +21,8 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let cantOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
         public static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
         public static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
+        public static let tooBig = ResultCode(rawValue: SQLITE_TOOBIG)
+        public static let mismatch = ResultCode(rawValue: SQLITE_MISMATCH)
 
         public var description: String { String(cString: sqlite3_errstr(rawValue)) }
     }
@@ -38,6 +40,12 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
         self.extendedResultCode = extendedResultCode
         self.message = message
         self.sql = sql
+    }
+
+    /// True for errors about one row's values (a constraint, a value too
+    /// big, a type mismatch) rather than the database as a whole.
+    var isRowSpecific: Bool {
+        resultCode == .constraint || resultCode == .tooBig || resultCode == .mismatch
     }
 
     public var description: String {
