@@ -61,12 +61,12 @@ final class DeliveryQueue: @unchecked Sendable {
         guard hasObservers || hasSurveys || !durables.isEmpty else { return }
         for event in events {
             let stored = event.stored
-            if hasObservers && policy.allows(stored.name) {
-                let parameters = event.parameters?.delivered ?? Self.parse(stored.parametersJSON)
-                deliverToObservers(stored, parameters)
-            }
-
-            deliverToDurables(stored, parameters: event.parameters, policy: policy)
+            // Built once per event, for everyone it is delivered to.
+            let parameters =
+                policy.allows(stored.name) && (hasObservers || !durables.isEmpty)
+                ? event.parameters?.delivered ?? Self.parse(stored.parametersJSON) : nil
+            if hasObservers, let parameters { deliverToObservers(stored, parameters) }
+            deliverToDurables(stored, parameters: parameters, policy: policy)
         }
         if hasSurveys, let database = log?.database { surveys.consider(events, database: database) }
         savePositions()
@@ -112,6 +112,8 @@ final class DeliveryQueue: @unchecked Sendable {
         queue.async { self.durables[id] = nil }
     }
 
+    /// `parameters` are the delivered parameters, nil when the policy does
+    /// not let this event through (its position still advances).
     private func deliverToDurables(_ stored: StoredEvent, parameters: [String: EventValue]?, policy: DeliveryPolicy) {
         guard !durables.isEmpty else { return }
         for id in durables.keys {
@@ -120,9 +122,8 @@ final class DeliveryQueue: @unchecked Sendable {
             if stored.seq > state.deliveredThrough + 1 {
                 catchUp(&state, before: stored.seq, policy: policy)
             }
-            if policy.allows(stored.name), let listener = state.durable.listener {
-                let delivered = parameters?.delivered ?? Self.parse(stored.parametersJSON)
-                listener.onEventRecorded(stored.name, parameters: delivered, timestamp: stored.recordedAt)
+            if let parameters, let listener = state.durable.listener {
+                listener.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
             }
             state.deliveredThrough = stored.seq
             durables[id] = state
