@@ -60,38 +60,22 @@ struct AppendBenchmarks {
     func throughput() async throws {
         let count = quick ? 100_000 : 300_000
         let rounds = quick ? 3 : 7
-        var spool: [Double] = []
-        var raw: [Double] = []
         var checked: [Double] = []
-        var ratios: [Double] = []
-        // Interleave the runs so drift on a noisy machine hits all alike.
-        for _ in 0..<rounds {
-            let s = try await spoolAppendUntilDurable(count: count)
-            let r = rawInsert(count: count)
-            checked.append(rawInsert(count: count, checked: true))
-            spool.append(s)
-            raw.append(r)
-            ratios.append(s / r)
+        let comparison = try await Comparison.measure(rounds: rounds) {
+            try await spoolAppendUntilDurable(count: count)
+        } baseline: {
+            defer { checked.append(rawInsert(count: count, checked: true)) }
+            return rawInsert(count: count)
         }
-        let spoolSamples = Samples(values: spool)
-        let rawSamples = Samples(values: raw)
         report.add(
-            Row(
-                area: "append", name: "Spool append until durable", value: spoolSamples.median, unit: "events/s",
-                detail: "median of \(rounds) × \(count), spread \(formatNumber(spoolSamples.spreadPercent))%"))
-        report.add(
-            Row(
-                area: "append", name: "raw SQLite insert, 1000 rows/txn (baseline)", value: rawSamples.median,
-                unit: "events/s", detail: "spread \(formatNumber(rawSamples.spreadPercent))%"))
+            comparison, area: "append", unit: "events/s", spool: "Spool append until durable",
+            spoolDetail: "median of \(rounds) × \(count)", baseline: "raw SQLite insert, 1000 rows/txn (baseline)",
+            ratio: "ratio Spool / raw SQLite", target: 0.7)
         report.add(
             Row(
                 area: "append", name: "raw SQLite, Spool's CHECKs, 1000 rows/txn",
                 value: Samples(values: checked).median,
                 unit: "events/s", detail: "what the schema's constraints cost, for reference"))
-        report.add(
-            Row(
-                area: "append", name: "ratio Spool / raw SQLite", value: Samples(values: ratios).median, unit: "×",
-                detail: "median of per-round ratios", target: 0.7, comparison: .atLeast))
     }
 
     // MARK: - (b) caller cost

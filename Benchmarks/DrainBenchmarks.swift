@@ -30,30 +30,16 @@ struct DrainBenchmarks {
 
     func drain() async throws {
         let count = quick ? 50_000 : 200_000
-        var spoolRates: [Double] = []
-        var rawRates: [Double] = []
-        var ratios: [Double] = []
-        for _ in 0..<(quick ? 3 : 5) {
-            let spool = try await spoolDrain(count: count)
-            let raw = rawDrain(count: count)
-            spoolRates.append(spool)
-            rawRates.append(raw)
-            ratios.append(spool / raw)
+        let comparison = try await Comparison.measure(rounds: quick ? 3 : 5) {
+            try await spoolDrain(count: count)
+        } baseline: {
+            rawDrain(count: count)
         }
         report.add(
-            Row(
-                area: "upload", name: "Spool drain, 100/batch, transport stubbed",
-                value: Samples(values: spoolRates).median,
-                unit: "events/s", detail: "read + body build + advance + delete, \(count) events"))
-        report.add(
-            Row(
-                area: "upload", name: "raw SQLite drain: select 100 oldest + delete",
-                value: Samples(values: rawRates).median,
-                unit: "events/s"))
-        report.add(
-            Row(
-                area: "upload", name: "ratio Spool drain / raw drain", value: Samples(values: ratios).median, unit: "×",
-                target: 0.7, comparison: .atLeast))
+            comparison, area: "upload", unit: "events/s", spool: "Spool drain, 100/batch, transport stubbed",
+            spoolDetail: "read + body build + advance + delete, \(count) events",
+            baseline: "raw SQLite drain: select 100 oldest + delete", ratio: "ratio Spool drain / raw drain",
+            target: 0.7)
     }
 
     func spoolDrain(count: Int) async throws -> Double {

@@ -219,3 +219,53 @@ final class Locked<Value>: @unchecked Sendable {
         return body(&value)
     }
 }
+
+// MARK: - Spool beside its baseline
+
+/// Spool and its baseline measured alternately, round after round, so drift
+/// on a noisy machine hits both alike; the ratio is taken per round.
+struct Comparison {
+    var spool: [Double] = []
+    var baseline: [Double] = []
+    var ratios: [Double] = []
+
+    static func measure(
+        rounds: Int, spool: () async throws -> Double, baseline: () async throws -> Double
+    ) async rethrows -> Comparison {
+        var comparison = Comparison()
+        for _ in 0..<rounds {
+            let s = try await spool()
+            let b = try await baseline()
+            comparison.spool.append(s)
+            comparison.baseline.append(b)
+            comparison.ratios.append(s / b)
+        }
+        return comparison
+    }
+}
+
+extension Report {
+    /// Three rows: Spool's median, the baseline's median, and the median of
+    /// the per-round ratios against `target`.
+    func add(
+        _ comparison: Comparison, area: String, unit: String, spool: String, spoolDetail: String = "", baseline: String,
+        baselineDetail: String = "", ratio: String, target: Double
+    ) {
+        let spoolSamples = Samples(values: comparison.spool)
+        let baselineSamples = Samples(values: comparison.baseline)
+        add(
+            Row(
+                area: area, name: spool, value: spoolSamples.median, unit: unit,
+                detail: [spoolDetail, "spread \(formatNumber(spoolSamples.spreadPercent))%"].filter { !$0.isEmpty }
+                    .joined(separator: ", ")))
+        add(
+            Row(
+                area: area, name: baseline, value: baselineSamples.median, unit: unit,
+                detail: [baselineDetail, "spread \(formatNumber(baselineSamples.spreadPercent))%"]
+                    .filter { !$0.isEmpty }.joined(separator: ", ")))
+        add(
+            Row(
+                area: area, name: ratio, value: Samples(values: comparison.ratios).median, unit: "×",
+                detail: "median of \(comparison.ratios.count) per-round ratios", target: target, comparison: .atLeast))
+    }
+}

@@ -25,11 +25,8 @@ struct ListenerBenchmarks {
         let count = quick ? 100_000 : 300_000
         let rounds = quick ? 3 : 5
         let json = ListenerBenchmarks.encodedParameters
-        var ratios: [Double] = []
-        var spool: [Double] = []
-        var raw: [Double] = []
         var callerCost: [Double] = []
-        for _ in 0..<rounds {
+        let comparison = try await Comparison.measure(rounds: rounds) {
             let scratch = Scratch("record")
             let engine = EventEngine(
                 configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
@@ -41,25 +38,14 @@ struct ListenerBenchmarks {
             let rate = Double(count) / seconds(since: start)
             callerCost.append(Double(recorded - start) / Double(count) / 1_000)
             await engine.close()
-            let baseline = AppendBenchmarks(quick: quick, report: report)
-            let rawRate = baseline.rawInsert(count: count, parameters: json)
-            spool.append(rate)
-            raw.append(rawRate)
-            ratios.append(rate / rawRate)
+            return rate
+        } baseline: {
+            AppendBenchmarks(quick: quick, report: report).rawInsert(count: count, parameters: json)
         }
         report.add(
-            Row(
-                area: "record", name: "record(10 parameters) until durable", value: Samples(values: spool).median,
-                unit: "events/s", detail: "median of \(rounds) × \(count)"))
-        report.add(
-            Row(
-                area: "record", name: "raw SQLite insert of the same JSON (baseline)",
-                value: Samples(values: raw).median,
-                unit: "events/s"))
-        report.add(
-            Row(
-                area: "record", name: "ratio record / raw SQLite", value: Samples(values: ratios).median, unit: "×",
-                target: 0.4, comparison: .atLeast))
+            comparison, area: "record", unit: "events/s", spool: "record(10 parameters) until durable",
+            spoolDetail: "median of \(rounds) × \(count)", baseline: "raw SQLite insert of the same JSON (baseline)",
+            ratio: "ratio record / raw SQLite", target: 0.4)
         report.add(
             Row(
                 area: "record", name: "caller's cost per record (validate + encode + append)",
