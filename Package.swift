@@ -3,8 +3,9 @@ import PackageDescription
 
 let package = Package(
     name: "Spool",
-    // Custom actor executors (the uploader runs on the database queue) need these.
-    platforms: [.macOS(.v14), .iOS(.v17), .watchOS(.v10), .tvOS(.v17)],
+    // The floor is the system SQLite: the schema's STRICT tables need 3.37.0,
+    // first shipped in these releases (see README, "Platforms").
+    platforms: [.iOS("15.4"), .macOS("12.4"), .tvOS("15.4"), .watchOS("8.5"), .visionOS(.v1)],
     products: [
         .library(name: "Spool", targets: ["Spool"]),
         .executable(name: "spool-bench", targets: ["spool-bench"]),
@@ -16,38 +17,32 @@ let package = Package(
             path: "Sources/CSQLite",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // Turns Migrations/*.sql into generated Swift at build time, so the library
-        // needs no resource bundle at run time.
-        .executableTarget(
-            name: "spool-embed-migrations",
-            path: "Sources/EmbedMigrationsTool"
-        ),
-        .plugin(
-            name: "EmbedMigrations",
-            capability: .buildTool(),
-            dependencies: ["spool-embed-migrations"],
-            path: "Sources/EmbedMigrations"
+        // The storage layer: connection, migrations, the event log and its
+        // consumers. It knows nothing of listeners, surveys, HTTP or the engine.
+        .target(
+            name: "SpoolStorage",
+            dependencies: ["CSQLite"],
+            path: "Sources/SpoolStorage"
         ),
         .target(
             name: "Spool",
-            dependencies: ["CSQLite"],
-            path: "Sources/Spool",
-            plugins: ["EmbedMigrations"]
+            dependencies: ["SpoolStorage"],
+            path: "Sources/Spool"
         ),
         .executableTarget(
             name: "spool-bench",
-            dependencies: ["Spool", "CSQLite"],
+            dependencies: ["Spool", "SpoolStorage", "CSQLite"],
             path: "Benchmarks"
         ),
         // A child process the crash tests SIGKILL at random moments.
         .executableTarget(
             name: "spool-crash-child",
-            dependencies: ["Spool"],
+            dependencies: ["Spool", "SpoolStorage"],
             path: "Tests/CrashChild"
         ),
         .testTarget(
             name: "SpoolTests",
-            dependencies: ["Spool", "CSQLite", "spool-crash-child"],
+            dependencies: ["Spool", "SpoolStorage", "CSQLite", "spool-crash-child"],
             path: "Tests/SpoolTests"
         ),
     ],

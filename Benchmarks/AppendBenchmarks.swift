@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Internals) import Spool
+import Spool
+import SpoolStorage
 
 /// The event log: append-until-durable beside a hand-written SQLite baseline,
 /// the caller's cost per append, cost at growing backlogs, memory, and group
@@ -33,7 +34,9 @@ struct AppendBenchmarks {
     /// Appends `count` events and waits until the last is durable; events/s.
     func spoolAppendUntilDurable(count: Int, synchronous: SynchronousMode = .normal) async throws -> Double {
         let scratch = Scratch("append")
-        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database), synchronous: synchronous))
+        let log = EventLog(
+            database: try DatabaseQueue(
+                path: scratch.database.path, options: ConnectionOptions(fullSynchronous: synchronous == .full)))
         let start = now()
         for _ in 0..<count { try log.append(Self.record()) }
         try await log.waitUntilAllDurable()
@@ -82,7 +85,7 @@ struct AppendBenchmarks {
 
     func callerCost() async throws {
         let scratch = Scratch("caller")
-        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        let log = EventLog(database: try DatabaseQueue(path: scratch.database.path))
         let chunks = quick ? 50 : 200
         var samples: [Double] = []
         samples.reserveCapacity(chunks * 1_000)
@@ -111,7 +114,7 @@ struct AppendBenchmarks {
     func backlogCost() async throws {
         let scratch = Scratch("backlog")
         let startRSS = Double(currentRSS()) / 1_048_576
-        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        let log = EventLog(database: try DatabaseQueue(path: scratch.database.path))
         // Chunks of 10k: an app never buffers more than that in a few ms, and
         // the in-memory buffer is not what this phase measures.
         let measured = 10_000
@@ -193,7 +196,8 @@ struct AppendBenchmarks {
     /// before the next: the shape of `recordDurably` under load.
     func concurrentAwaitingCallers(callers: Int, each: Int) async throws -> Double {
         let scratch = Scratch("concurrent")
-        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database), synchronous: .full))
+        let log = EventLog(
+            database: try DatabaseQueue(path: scratch.database.path, options: ConnectionOptions(fullSynchronous: true)))
         let start = now()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<callers {

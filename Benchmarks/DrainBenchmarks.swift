@@ -1,6 +1,7 @@
 import CSQLite
 import Foundation
-@_spi(Internals) import Spool
+import Spool
+import SpoolStorage
 
 /// Upload drain: Spool's uploader (batch read, body build by concatenation,
 /// position advance, prefix delete) with the transport stubbed in-process,
@@ -53,8 +54,8 @@ struct DrainBenchmarks {
         try await engine.start()
         // Fill while the stub refuses; the first refusal parks the uploader in backoff.
         for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
-        try await engine.waitUntilDelivered()
-        try await engine.checkpointForBenchmark()  // as the baseline: start from an empty WAL
+        try await engine.settle()
+        checkpointAndTruncateWAL(scratch.database)  // as the baseline: start from an empty WAL
         stub.status.withLock { $0 = 200 }
         let start = now()
         try await engine.flush()

@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Internals) import Spool
+import Spool
+import SpoolStorage
 
 /// EVENT_FREQUENCY over a 1M-row history, and trigger matching with 100
 /// registered surveys.
@@ -17,10 +18,10 @@ struct HistoryBenchmarks {
         let names = (0..<100).map { "event_\($0)" }
         for index in 0..<rows {
             try engine.record(names[index % names.count], parameters: ["i": .int(index)])
-            if index % 50_000 == 49_999 { try await engine.waitUntilDelivered() }
+            if index % 50_000 == 49_999 { try await engine.settle() }
         }
-        try await engine.waitUntilDelivered()
-        try await engine.checkpointForBenchmark()
+        try await engine.settle()
+        checkpointAndTruncateWAL(scratch.database)
 
         let cases: [(String, SurveyCondition)] = [
             ("at least 3 in the last 30 days", .eventFrequency(EventFrequency("event_7", .atLeast, 3, in: .days(30)))),
@@ -37,9 +38,10 @@ struct HistoryBenchmarks {
         ]
         for (index, (label, condition)) in cases.enumerated() {
             let samples = Samples(
-                values: try await engine.surveys.measureEvaluation(condition, times: quick ? 2_000 : 10_000).map {
-                    Double($0) / 1_000
-                })
+                values: try measureEvaluation(condition, times: quick ? 2_000 : 10_000, databaseAt: scratch.database)
+                    .map {
+                        Double($0) / 1_000
+                    })
             report.add(
                 Row(
                     area: "history", name: "EVENT_FREQUENCY over 1M rows: \(label)", value: samples.median, unit: "µs",

@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Internals) import Spool
+import Spool
+import SpoolStorage
 
 /// `record` until durable beside raw SQLite, listener fan-out, and
 /// record→listener latency at a steady rate.
@@ -34,7 +35,7 @@ struct ListenerBenchmarks {
             let start = now()
             for _ in 0..<count { try engine.record("purchase", parameters: Self.parameters) }
             let recorded = now()
-            try await engine.waitUntilDelivered()
+            try await engine.settle()
             let rate = Double(count) / seconds(since: start)
             callerCost.append(Double(recorded - start) / Double(count) / 1_000)
             await engine.close()
@@ -81,7 +82,7 @@ struct ListenerBenchmarks {
         let endToEndCount = quick ? 100_000 : 300_000
         let start = now()
         for _ in 0..<endToEndCount { try engine.record("purchase", parameters: Self.parameters) }
-        try await engine.waitUntilDelivered()
+        try await engine.settle()
         let endToEnd = Double(endToEndCount * listeners.count) / seconds(since: start)
         await engine.close()
         withExtendedLifetime(listeners) {}
@@ -128,7 +129,7 @@ struct ListenerBenchmarks {
             }
             try engine.record("tick", parameters: ["i": .int(index), "screen": "home"])
         }
-        try await engine.waitUntilDelivered()
+        try await engine.settle()
         await engine.close()
         // The first 100 include start-up; the rest is the steady state.
         let samples = Samples(values: Array(listener.samples.withLock { $0 }.dropFirst(100)))

@@ -1,5 +1,6 @@
 import Foundation
-@_spi(Internals) import Spool
+import Spool
+import SpoolStorage
 
 // spool-bench [--quick] [--output PATH] [--only AREA] [--phase memory]
 //
@@ -46,7 +47,7 @@ if let phase {
         raw.createPlainEventsTable()
         rss("a raw SQLite connection opened")
         let scratch = Scratch("memory")
-        let log = EventLog(database: try DatabaseQueue(location: .file(scratch.database)))
+        let log = EventLog(database: try DatabaseQueue(path: scratch.database.path))
         rss("Spool's event log opened")
         for chunk in [1_000, 10_000, 10_000, 50_000] {
             for _ in 0..<chunk { try log.append(AppendBenchmarks.record()) }

@@ -10,7 +10,7 @@
 // each event carries its own marker in the "id" parameter.
 import Foundation
 import Spool
-@_spi(Internals) import Spool
+import SpoolStorage
 
 /// Writes straight to the file descriptor: nothing sits in a buffer at SIGKILL.
 func emit(_ text: String) {
@@ -46,7 +46,7 @@ if arguments.contains("--engine") {
     }
 }
 
-let database = try DatabaseQueue(location: .file(url))
+let database = try DatabaseQueue(path: url.path)
 let log = EventLog(database: database)
 emit("READY")
 

@@ -2,14 +2,15 @@ import CSQLite
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 struct CheckpointerTests {
     /// Under continuous appends a passive background checkpoint never catches
     /// up; the writer's RESTART past 4000 pages keeps the WAL bounded.
     @Test func theWALStaysBoundedUnderContinuousAppends() async throws {
         let directory = TemporaryDirectory()
-        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
         let padding = String(repeating: "p", count: 400)
         var largest = 0
         for chunk in 0..<30 {
@@ -42,7 +43,7 @@ struct CheckpointerTests {
     @Test(.timeLimit(.minutes(1)))
     func aLongReaderDoesNotStallTheWriter() async throws {
         let directory = TemporaryDirectory()
-        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
         try await log.appendDurably(10)
         let reader = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
         try reader.execute("BEGIN")

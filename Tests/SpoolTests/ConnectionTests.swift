@@ -2,7 +2,8 @@ import CSQLite
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 struct ConnectionTests {
     @Test func pragmasAreAppliedAndChecked() throws {
@@ -18,14 +19,14 @@ struct ConnectionTests {
     @Test func fullSynchronousOnRequest() throws {
         let directory = TemporaryDirectory()
         let connection = try Connection(
-            path: directory.databaseURL.path, options: ConnectionOptions(synchronous: .full))
+            path: directory.databaseURL.path, options: ConnectionOptions(fullSynchronous: true))
         defer { connection.close() }
         #expect(try connection.scalarInt("PRAGMA synchronous") == 2)
     }
 
     @Test func newFilesAreCreatedWithMode0600() throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
         try database.sync { try $0.execute("CREATE TABLE IF NOT EXISTS t (x)") }
         let attributes = try FileManager.default.attributesOfItem(atPath: directory.databaseURL.path)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
@@ -38,9 +39,9 @@ struct ConnectionTests {
         let directory = TemporaryDirectory()
         let path = directory.file("no/such/dir/spool.sqlite")
         #expect {
-            _ = try DatabaseQueue(location: .file(path))
+            _ = try DatabaseQueue(path: path.path)
         } throws: { error in
-            guard case SpoolError.cannotOpen(let failedPath, let reason) = error else { return false }
+            guard case StorageError.cannotOpen(let failedPath, let reason) = error else { return false }
             return failedPath == path.path && reason.contains("No such file")
         }
     }
@@ -57,9 +58,9 @@ struct ConnectionTests {
         }
         defer { try? FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory.url.path) }
         #expect {
-            _ = try DatabaseQueue(location: .file(path))
+            _ = try DatabaseQueue(path: path.path)
         } throws: { error in
-            guard case SpoolError.cannotOpen(let failedPath, let reason) = error else { return false }
+            guard case StorageError.cannotOpen(let failedPath, let reason) = error else { return false }
             return failedPath == path.path && reason.contains("ermission denied")
         }
     }
@@ -68,8 +69,8 @@ struct ConnectionTests {
         let directory = TemporaryDirectory()
         try Data("x".utf8).write(to: directory.file("plain"))
         let path = directory.file("plain/spool.sqlite")
-        #expect(throws: SpoolError.cannotOpen(path: path.path, reason: "Not a directory")) {
-            _ = try DatabaseQueue(location: .file(path))
+        #expect(throws: StorageError.cannotOpen(path: path.path, reason: "Not a directory")) {
+            _ = try DatabaseQueue(path: path.path)
         }
     }
 
@@ -77,8 +78,8 @@ struct ConnectionTests {
         let directory = TemporaryDirectory()
         let contents = Data(String(repeating: "these are my holiday photos, not a database\n", count: 200).utf8)
         try contents.write(to: directory.databaseURL)
-        #expect(throws: SpoolError.notADatabase(path: directory.databaseURL.path)) {
-            _ = try DatabaseQueue(location: .file(directory.databaseURL))
+        #expect(throws: StorageError.notADatabase(path: directory.databaseURL.path)) {
+            _ = try DatabaseQueue(path: directory.databaseURL.path)
         }
         #expect(try Data(contentsOf: directory.databaseURL) == contents)
         #expect(!FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal"))
@@ -86,7 +87,7 @@ struct ConnectionTests {
 
     @Test func sqliteErrorsCarryCodeMessageAndSQLButNoValues() throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
         defer { database.close() }
         let secret = "user@example.com"
         #expect {
@@ -110,7 +111,7 @@ struct ConnectionTests {
 
     @Test func transactionsRollBackWhenTheBodyThrows() throws {
         struct Boom: Error {}
-        let database = try DatabaseQueue(location: .inMemory)
+        let database = try DatabaseQueue(path: Connection.inMemoryPath)
         defer { database.close() }
         try database.sync { connection in
             try connection.execute("CREATE TABLE t (x INTEGER) STRICT")

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// Durability proven with real SIGKILLs of a child process that appends and
 /// acknowledges events (Tests/CrashChild).

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// D1–D9 and P2: the dispatcher rules from event-dispatcher.txt, against the
 /// real collector process. Serialized: the D9 notifier reaches every live

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// Durable listeners: positions in the consumers table, resumed after a
 /// restart (P1), told about events the retention bound removed.

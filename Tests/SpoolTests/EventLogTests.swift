@@ -2,18 +2,19 @@ import CSQLite
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 struct EventLogTests {
     @Test func appendedEventsAreDurableInAcceptanceOrder() async throws {
         let directory = TemporaryDirectory()
-        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
         let receipts = try await log.appendDurably(500)
         try await log.close()
         log.database.close()
 
         // Reopen: everything is there, in order, ids intact.
-        let reopened = try DatabaseQueue(location: .file(directory.databaseURL))
+        let reopened = try DatabaseQueue(path: directory.databaseURL.path)
         defer { reopened.close() }
         let events = try reopened.sync { try $0.readEvents(after: 0, limit: 10_000) }
         #expect(events.map(\.id) == receipts.map(\.id))
@@ -22,7 +23,7 @@ struct EventLogTests {
     }
 
     @Test func concurrentAppendsKeepTheOrderTheyWereAccepted() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         let receipts = Protected<[AppendReceipt]>([])
         await withTaskGroup(of: Void.self) { group in
@@ -62,7 +63,7 @@ struct EventLogTests {
     }
 
     @Test func consumersAdvanceAndTheFinishedPrefixIsDeletedInTheSameTransaction() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         try await log.appendDurably(100)
         #expect(try await log.registerConsumer("uploader", startingAt: .oldest) == 0)
@@ -82,7 +83,7 @@ struct EventLogTests {
     }
 
     @Test func positionsAreNeverReusedAfterTheLogEmpties() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         try await log.appendDurably(10)
         _ = try await log.registerConsumer("uploader", startingAt: .oldest)
@@ -96,7 +97,7 @@ struct EventLogTests {
     }
 
     @Test func readStopsBeforeTheByteBudgetButAlwaysReturnsOne() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         try await log.appendDurably(10, name: "n")
         let perEvent = sampleParameters(0).utf8.count + 1
@@ -107,7 +108,7 @@ struct EventLogTests {
     }
 
     @Test func historyRowsAreWrittenInTheSameCommit() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         try log.append(EventRecord(name: "a", parametersJSON: "{}", recordedAt: 10, addsToHistory: true))
         try log.append(EventRecord(name: "b", parametersJSON: "{}", recordedAt: 11, addsToHistory: false))
@@ -118,7 +119,7 @@ struct EventLogTests {
 
     @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
         let log = EventLog(database: database)
         try await log.appendDurably(5)
         // A real SQLITE_FULL: cap the file at its current size.
@@ -150,7 +151,7 @@ struct EventLogTests {
     }
 
     @Test func aRowTheDatabaseRefusesFailsAloneAndTheRestCommit() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
         // A real per-row refusal: lower SQLite's string length limit so one
         // event is SQLITE_TOOBIG.
@@ -174,10 +175,10 @@ struct EventLogTests {
     }
 
     @Test func appendsAfterCloseAreRefused() async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .inMemory))
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         try await log.appendDurably(1)
         try await log.close()
-        #expect(throws: SpoolError.closed) {
+        #expect(throws: StorageError.closed) {
             try log.append(EventRecord(name: "late", parametersJSON: "{}", recordedAt: 1))
         }
         log.database.close()

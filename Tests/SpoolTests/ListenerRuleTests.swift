@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// L1–L12: the listener rules from event-listener.txt.
 struct ListenerRuleTests {

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 struct MigrationTests {
     let migrator = Migrator(migrations: Migration.embedded)
@@ -11,9 +12,23 @@ struct MigrationTests {
         #expect(Migration.embedded.map(\.version) == Array(1...Migration.embedded.count))
     }
 
+    @Test("the committed EmbeddedMigrations.swift matches Migrations/*.sql (run scripts/embed-migrations)")
+    func embeddedMigrationsMatchTheFiles() throws {
+        let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Migrations")
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+            .filter { $0.hasSuffix(".sql") }.sorted()
+        #expect(files.count == Migration.embedded.count, "a migration file is missing from the embedded list")
+        for (file, migration) in zip(files, Migration.embedded) {
+            let sql = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            #expect(file == String(format: "%04d_%@.sql", migration.version, migration.name))
+            #expect(sql == migration.sql, "\(file) differs from its embedded copy")
+        }
+    }
+
     @Test func aFreshDatabaseReachesTheLatestVersion() throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
         defer { database.close() }
         try database.sync { connection in
             #expect(try migrator.currentVersion(connection) == migrator.latestVersion)
@@ -27,8 +42,8 @@ struct MigrationTests {
 
     @Test func migratingAgainIsANoOp() throws {
         let directory = TemporaryDirectory()
-        try DatabaseQueue(location: .file(directory.databaseURL)).close()
-        let database = try DatabaseQueue(location: .file(directory.databaseURL))
+        try DatabaseQueue(path: directory.databaseURL.path).close()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
         defer { database.close() }
         try database.sync { connection in
             let before = try connection.scalarString(
@@ -71,7 +86,7 @@ struct MigrationTests {
 
     @Test func aNewerSchemaIsRefusedAndLeftUntouched() throws {
         let directory = TemporaryDirectory()
-        try DatabaseQueue(location: .file(directory.databaseURL)).close()
+        try DatabaseQueue(path: directory.databaseURL.path).close()
         let newer = migrator.latestVersion + 1
         do {
             let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
@@ -81,10 +96,10 @@ struct MigrationTests {
         }
         let before = try Data(contentsOf: directory.databaseURL)
         #expect(
-            throws: SpoolError.schemaTooNew(
+            throws: StorageError.schemaTooNew(
                 path: directory.databaseURL.path, version: newer, latestKnown: migrator.latestVersion)
         ) {
-            _ = try DatabaseQueue(location: .file(directory.databaseURL))
+            _ = try DatabaseQueue(path: directory.databaseURL.path)
         }
         #expect(try Data(contentsOf: directory.databaseURL) == before)
     }

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// S4–S6 (survey-lifecycle-events.txt) and the AsyncSequence front.
 struct RegistrationTests {

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// P3: the real sqlite3 CLI reads what the engine wrote.
 struct SQLiteCLITests {
@@ -12,7 +13,7 @@ struct SQLiteCLITests {
 
     /// Writes a small database through the engine: 30 events, two consumers.
     func writeDatabase(_ directory: TemporaryDirectory) async throws {
-        let log = EventLog(database: try DatabaseQueue(location: .file(directory.databaseURL)))
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
         _ = try await log.registerConsumer("uploader", startingAt: .oldest)
         _ = try await log.registerConsumer("listener:crm", startingAt: .oldest)
         for index in 0..<30 {

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// S1–S3 (survey-lifecycle-events.txt): lifecycle events, trigger candidacy,
 /// EVENT_FREQUENCY over the persisted history.

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// A temporary directory for one test's database files, removed when the
 /// value goes away.

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-@_spi(Internals) @testable import Spool
+@testable import Spool
+@testable import SpoolStorage
 
 /// The fault matrix against the real collector process: every accepted event
 /// reaches it at least once and exactly once after deduplicating by id, except

@@ -1,30 +1,42 @@
 import Foundation
+import SpoolStorage
+
+/// Work that follows listeners on the delivery queue, once per commit group,
+/// in log order: the engine gives it survey trigger matching.
+protocol DeliveryFollower: Sendable {
+    /// False when there is nothing to do (no surveys): delivery skips it.
+    var isActive: Bool { get }
+    /// Called on the delivery queue after the group's listeners ran.
+    func follow(_ events: [CommittedEvent])
+}
 
 /// The one internal serial queue every listener, registration and stream is
-/// called on, in log order, after the event's commit (L8).
+/// called on, in log order, after the event's commit.
 ///
 /// Events reach it from the event log's commit handler in commit groups. A
 /// listener that records an event from inside its callback only appends to
 /// the log; that event comes back through here later, so delivery never
-/// recurses (L5).
-final class DeliveryQueue: @unchecked Sendable {
-    // Safe: `durables` and `log` are only touched on `queue` (after `init`).
-    let queue = DispatchQueue(label: "spool.delivery", qos: .utility)
+/// recurses.
+package final class DeliveryQueue: @unchecked Sendable {
+    // Safe: `durables`, `log` and `follower` are only touched on `queue`
+    // (each entry point checks with dispatchPrecondition).
+    private let queue = DispatchQueue(label: "spool.delivery", qos: .utility)
     private let observers: EventObservers
-    private let surveys: SurveyCenter
     private let policy: @Sendable () -> DeliveryPolicy
     private var durables: [String: DurableState] = [:]
     private var log: EventLog?
+    private var follower: (any DeliveryFollower)?
 
     /// What may be delivered right now.
-    struct DeliveryPolicy {
+    struct DeliveryPolicy: Sendable {
         var consent: Bool
-        var excluded: Set<String>
+        /// Names stored and uploaded but never delivered (the heartbeat and
+        /// the configured exclusions).
+        var undelivered: Set<String>
 
-        /// flush_event (the heartbeat) and excluded names are stored and
-        /// uploaded but never delivered (L6); nothing is while opted out (L3).
+        /// Nothing is delivered while opted out.
         func allows(_ name: String) -> Bool {
-            consent && name != EventEngine.heartbeatEventName && !excluded.contains(name)
+            consent && !undelivered.contains(name)
         }
     }
 
@@ -37,56 +49,52 @@ final class DeliveryQueue: @unchecked Sendable {
     /// How many stored events one catch-up read fetches.
     static let catchUpPage = 256
 
-    init(observers: EventObservers, surveys: SurveyCenter, policy: @escaping @Sendable () -> DeliveryPolicy) {
+    init(observers: EventObservers, policy: @escaping @Sendable () -> DeliveryPolicy) {
         self.observers = observers
-        self.surveys = surveys
         self.policy = policy
     }
 
-    func attach(_ log: EventLog) {
-        queue.async { self.log = log }
+    /// Uses `log` for catch-ups and positions, and `follower` after each group.
+    func attach(_ log: EventLog?, follower: (any DeliveryFollower)?) {
+        queue.async {
+            self.log = log
+            self.follower = follower
+        }
     }
 
     // MARK: - Live delivery
 
     /// Delivers committed events (called on the database queue).
-    func enqueue(_ events: [CommittedEvent]) {
+    package func enqueue(_ events: [CommittedEvent]) {
         queue.async { self.deliver(events) }
     }
 
     private func deliver(_ events: [CommittedEvent]) {
+        dispatchPrecondition(condition: .onQueue(queue))
         let policy = self.policy()
         let hasObservers = !observers.snapshot().isEmpty || !observers.registrations.isEmpty
-        let hasSurveys = surveys.hasSurveys
-        guard hasObservers || hasSurveys || !durables.isEmpty else { return }
+        let follower = self.follower?.isActive == true ? self.follower : nil
+        guard hasObservers || follower != nil || !durables.isEmpty else { return }
         for event in events {
-            let stored = event.stored
             // Built once per event, for everyone it is delivered to.
             let parameters =
-                policy.allows(stored.name) && (hasObservers || !durables.isEmpty)
-                ? event.parameters?.delivered ?? Self.parse(stored.parametersJSON) : nil
-            if hasObservers, let parameters { deliverToObservers(stored, parameters) }
-            deliverToDurables(stored, parameters: parameters, policy: policy)
+                policy.allows(event.stored.name) && (hasObservers || !durables.isEmpty)
+                ? event.deliveredParameters : nil
+            if hasObservers, let parameters { deliverToObservers(event.stored, parameters) }
+            deliverToDurables(event.stored, parameters: parameters, policy: policy)
         }
-        if hasSurveys, let database = log?.database { surveys.consider(events, database: database) }
+        follower?.follow(events)
         savePositions()
     }
 
     private func deliverToObservers(_ stored: StoredEvent, _ parameters: [String: EventValue]) {
-        for entry in observers.snapshot() {
-            entry.listener?.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
+        for listener in observers.snapshot() {
+            listener.object?.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
         }
-        let (named, every) = observers.registrations.snapshot(for: stored.name)
-        guard !named.isEmpty || !every.isEmpty else { return }
-        let recorded = RecordedEvent(
-            id: stored.id, seq: stored.seq, name: stored.name, parameters: parameters, timestamp: stored.recordedAt,
-            sessionID: stored.sessionID)
-        for entry in named { entry.callback(recorded) }
-        for entry in every { entry.callback(recorded) }
-    }
-
-    static func parse(_ json: String) -> [String: EventValue] {
-        (try? JSONReader.parseObject(json)) ?? [:]
+        let entries = observers.registrations.snapshot(.named(stored.name), .everyEvent)
+        guard !entries.isEmpty else { return }
+        let recorded = RecordedEvent(stored, parameters: parameters)
+        for entry in entries { entry.callback(recorded) }
     }
 
     // MARK: - Durable listeners
@@ -117,12 +125,12 @@ final class DeliveryQueue: @unchecked Sendable {
     private func deliverToDurables(_ stored: StoredEvent, parameters: [String: EventValue]?, policy: DeliveryPolicy) {
         guard !durables.isEmpty else { return }
         for id in durables.keys {
-            guard var state = durables[id], state.durable.listener != nil else { continue }
+            guard var state = durables[id], state.durable.listener.object != nil else { continue }
             guard stored.seq > state.deliveredThrough else { continue }
             if stored.seq > state.deliveredThrough + 1 {
                 catchUp(&state, before: stored.seq, policy: policy)
             }
-            if let parameters, let listener = state.durable.listener {
+            if let parameters, let listener = state.durable.listener.object {
                 listener.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
             }
             state.deliveredThrough = stored.seq
@@ -134,6 +142,7 @@ final class DeliveryQueue: @unchecked Sendable {
     /// `limit`, when given), telling it about any that the retention bound
     /// removed first.
     private func catchUp(_ state: inout DurableState, before limit: Int64?, policy: DeliveryPolicy) {
+        dispatchPrecondition(condition: .onQueue(queue))
         guard let log else { return }
         while true {
             let after = state.deliveredThrough
@@ -148,9 +157,10 @@ final class DeliveryQueue: @unchecked Sendable {
                 reportMissed(Int(first.seq - after - 1), to: state.durable)
             }
             for event in events {
-                if policy.allows(event.name), let listener = state.durable.listener {
+                if policy.allows(event.name), let listener = state.durable.listener.object {
                     listener.onEventRecorded(
-                        event.name, parameters: Self.parse(event.parametersJSON), timestamp: event.recordedAt)
+                        event.name, parameters: EventValue.parameters(fromJSON: event.parametersJSON),
+                        timestamp: event.recordedAt)
                 }
                 state.deliveredThrough = event.seq
             }
@@ -197,7 +207,7 @@ final class DeliveryQueue: @unchecked Sendable {
     // MARK: - Draining
 
     /// Returns once everything enqueued so far has been delivered.
-    func drain() async {
+    package func drain() async {
         await withCheckedContinuation { continuation in
             queue.async { continuation.resume() }
         }
@@ -209,42 +219,12 @@ final class DeliveryQueue: @unchecked Sendable {
     }
 }
 
-// MARK: - Benchmark hook
-
-extension EventEngine {
-    /// Pushes `count` synthetic committed events through the delivery queue in
-    /// commit-sized groups and returns once all are delivered: the listener
-    /// fan-out cost alone, without the commit in front of it. For spool-bench.
-    @_spi(Internals) public func deliverSyntheticEvents(
-        _ count: Int, name: String, parameters: [String: EventValue], groupSize: Int = 4_096
-    ) async {
-        let json = (try? EventEncoder.encode(parameters)) ?? "{}"
-        var seq: Int64 = 0
-        var remaining = count
-        while remaining > 0 {
-            let group = (0..<min(groupSize, remaining)).map { _ -> CommittedEvent in
-                seq += 1
-                return CommittedEvent(
-                    stored: StoredEvent(
-                        seq: seq, id: "", name: name, parametersJSON: json, recordedAt: 0, sessionID: nil,
-                        priority: false),
-                    parameters: parameters)
-            }
-            remaining -= group.count
-            delivery.enqueue(group)
-        }
-        await delivery.drain()
-    }
-
-    /// Copies the whole WAL into the database file and truncates it, so a
-    /// measurement starts from the same state as a baseline.
-    @_spi(Internals) public func checkpointForBenchmark() async throws {
-        guard let log = state.withLock({ $0.log }) else { return }
-        try await log.database.run { try $0.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
-    }
-
-    /// Waits until every accepted event is committed and delivered.
-    @_spi(Internals) public func waitUntilDelivered() async throws {
-        try await settle()
+extension CommittedEvent {
+    /// The parameters as listeners receive them: the recorded values with
+    /// dates as strings when the engine kept them, else read back from the
+    /// stored JSON.
+    var deliveredParameters: [String: EventValue] {
+        if let parameters = attachment as? [String: EventValue] { return parameters.delivered }
+        return EventValue.parameters(fromJSON: stored.parametersJSON)
     }
 }

@@ -1,30 +1,21 @@
 import Foundation
+import SpoolStorage
 
 /// The listener registry an engine exposes as ``EventEngine/events``.
 ///
 /// Listeners may be added before `start()`: they stay registered and receive
-/// events once a session starts (L1).
+/// events once a session starts.
 public final class EventObservers: Sendable {
-    final class WeakListener: Sendable {
-        weak let listener: (any EventListener)?
-        let identity: ObjectIdentifier
-
-        init(_ listener: any EventListener) {
-            self.listener = listener
-            identity = ObjectIdentifier(listener)
-        }
-    }
-
     /// A listener with its own position in the log (a consumer row named
     /// `listener:<id>`), so it resumes after a crash or restart.
     final class Durable: Sendable {
         let id: String
-        weak let listener: (any EventListener)?
+        let listener: WeakBox<any EventListener>
         let onMissed: (@Sendable (Int) -> Void)?
 
         init(id: String, listener: any EventListener, onMissed: (@Sendable (Int) -> Void)?) {
             self.id = id
-            self.listener = listener
+            self.listener = WeakBox(listener)
             self.onMissed = onMissed
         }
 
@@ -33,38 +24,44 @@ public final class EventObservers: Sendable {
         static func consumerID(for id: String) -> String { "listener:" + id }
     }
 
-    private let listeners = Protected<[WeakListener]>([])
-    let registrations = RegistrationRegistry()
-    /// Set by the engine: called when a durable listener is added.
-    let durableAdded = Protected<(@Sendable (Durable) -> Void)?>(nil)
-    let durableRemoved = Protected<(@Sendable (String, Bool) -> Void)?>(nil)
+    /// What the engine does when durable listeners come and go (set once it
+    /// has a log to give them positions in).
+    struct DurableHooks: Sendable {
+        var added: @Sendable (Durable) -> Void
+        var removed: @Sendable (_ id: String, _ forget: Bool) -> Void
+    }
+
+    private let listeners = Protected<[WeakBox<any EventListener>]>([])
     private let durables = Protected<[String: Durable]>([:])
+    let durableHooks = Protected<DurableHooks?>(nil)
+    /// `on(_:_:)` registrations and streams.
+    let registrations = SubscriptionRegistry<EventTopic, RecordedEvent>()
 
     init() {}
 
     // MARK: - Plain observers
 
     /// Adds `listener`, held weakly. Adding the same object twice keeps one
-    /// registration (L9), so it is called once per event.
+    /// registration, so it is called once per event.
     public func addObserver(_ listener: any EventListener) {
         let identity = ObjectIdentifier(listener)
         listeners.withLock { listeners in
-            listeners.removeAll { $0.listener == nil }
-            guard !listeners.contains(where: { $0.identity == identity && $0.listener != nil }) else { return }
-            listeners.append(WeakListener(listener))
+            listeners.removeAll { $0.object == nil }
+            guard !listeners.contains(where: { $0.identity == identity }) else { return }
+            listeners.append(WeakBox(listener))
         }
     }
 
-    /// Removes only `listener`; every other listener keeps receiving (L11).
+    /// Removes only `listener`; every other listener keeps receiving.
     public func removeObserver(_ listener: any EventListener) {
         let identity = ObjectIdentifier(listener)
         listeners.withLock { listeners in
-            listeners.removeAll { $0.identity == identity || $0.listener == nil }
+            listeners.removeAll { $0.identity == identity || $0.object == nil }
         }
     }
 
     /// The listeners at this moment (the delivery loop iterates a copy).
-    func snapshot() -> [WeakListener] {
+    func snapshot() -> [WeakBox<any EventListener>] {
         listeners.withLock { $0 }
     }
 
@@ -87,6 +84,7 @@ public final class EventObservers: Sendable {
     /// its position stays put.
     ///
     /// - Parameters:
+    ///   - listener: the object to call, on the delivery queue.
     ///   - id: a stable name, unique among durable listeners (`crm`, `warehouse`).
     ///   - onMissed: called on the delivery queue with the number of events
     ///     that were dropped before the listener could see them.
@@ -95,7 +93,7 @@ public final class EventObservers: Sendable {
     ) {
         let durable = Durable(id: id, listener: listener, onMissed: onMissed)
         durables.withLock { $0[id] = durable }
-        durableAdded.withLock { $0 }?(durable)
+        durableHooks.withLock { $0 }?.added(durable)
     }
 
     /// Stops delivering to the durable listener `id`. With `forget`, its
@@ -103,7 +101,7 @@ public final class EventObservers: Sendable {
     /// it keeps its place and catches up when added again.
     public func removeDurableObserver(id: String, forget: Bool = false) {
         durables.withLock { $0[id] = nil }
-        durableRemoved.withLock { $0 }?(id, forget)
+        durableHooks.withLock { $0 }?.removed(id, forget)
     }
 
     func durableSnapshot() -> [Durable] {
@@ -119,25 +117,11 @@ public final class EventObservers: Sendable {
         _ topic: EventTopic = .everyEvent,
         bufferingPolicy: AsyncStream<RecordedEvent>.Continuation.BufferingPolicy = .unbounded
     ) -> AsyncStream<RecordedEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: RecordedEvent.self, bufferingPolicy: bufferingPolicy)
-        let registration = registrations.add(topic) { event in continuation.yield(event) }
-        streamEnds.withLock { $0[registration.id] = continuation }
-        continuation.onTermination = { [weak self] _ in
-            registration.cancel()
-            _ = self?.streamEnds.withLock { $0.removeValue(forKey: registration.id) }
-        }
-        return stream
+        registrations.stream(topic, bufferingPolicy: bufferingPolicy)
     }
-
-    private let streamEnds = Protected<[UInt64: AsyncStream<RecordedEvent>.Continuation]>([:])
 
     /// Ends every stream and drops every registration (engine closed).
     func finishAll() {
-        let continuations = streamEnds.withLock { ends in
-            defer { ends.removeAll() }
-            return Array(ends.values)
-        }
-        for continuation in continuations { continuation.finish() }
-        registrations.removeAll()
+        registrations.finishAll()
     }
 }

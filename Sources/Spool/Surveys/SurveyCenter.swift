@@ -1,4 +1,5 @@
 import Foundation
+import SpoolStorage
 
 /// Surveys, their trigger rules, and the lifecycle events they emit; the
 /// engine exposes it as ``EventEngine/surveys``.
@@ -29,18 +30,22 @@ public final class SurveyCenter: Sendable {
         }
     }
 
-    private struct EngineReference {
-        weak var engine: EventEngine?
+    /// How the center reaches the engine it belongs to, without knowing it:
+    /// how to record a lifecycle event, and the database while one is open.
+    struct Context: Sendable {
+        var record: @Sendable (_ name: String, _ parameters: [String: EventValue]) throws -> RecordOutcome
+        var database: @Sendable () -> DatabaseQueue?
     }
 
     private let state = Protected(State())
-    private let engine = Protected(EngineReference())
-    private let callbacks = CallbackList<SurveyTrigger>()
+    private let context: Context
+    private let triggerCallbacks = SubscriptionRegistry<TriggerTopic, SurveyTrigger>()
 
-    init() {}
+    /// Survey triggers have one topic.
+    private struct TriggerTopic: Hashable, Sendable {}
 
-    func attach(_ engine: EventEngine) {
-        self.engine.withLock { $0.engine = engine }
+    init(context: Context) {
+        self.context = context
     }
 
     // MARK: - Registering surveys
@@ -73,7 +78,7 @@ public final class SurveyCenter: Sendable {
         state.withLock { $0.surveys.values.sorted { $0.order < $1.order }.map(\.survey) }
     }
 
-    // MARK: - Lifecycle events (S1)
+    // MARK: - Lifecycle events
 
     /// Records `survey_shown` for a registered survey.
     @discardableResult
@@ -115,10 +120,9 @@ public final class SurveyCenter: Sendable {
         _ event: SurveyLifecycleEvent, _ surveyID: String, _ extra: [String: EventValue] = [:]
     ) throws -> RecordOutcome {
         guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SurveyError.unknownSurvey(surveyID) }
-        guard let engine = engine.withLock({ $0.engine }) else { throw SpoolError.closed }
         var parameters = extra
         parameters["survey_id"] = .string(surveyID)
-        return try engine.record(event.eventName, parameters: parameters)
+        return try context.record(event.eventName, parameters)
     }
 
     // MARK: - Triggers
@@ -127,77 +131,67 @@ public final class SurveyCenter: Sendable {
     /// recorded event triggered, until the registration is cancelled.
     @discardableResult
     public func onTrigger(_ callback: @escaping @Sendable (SurveyTrigger) -> Void) -> Registration {
-        callbacks.add(callback)
+        triggerCallbacks.add(TriggerTopic(), callback)
     }
 
     /// The same triggers as an `AsyncSequence`; it ends when the engine closes.
     public func triggers() -> AsyncStream<SurveyTrigger> {
-        callbacks.stream()
+        triggerCallbacks.stream(TriggerTopic())
     }
 
     /// Whether `condition` holds now over the persisted history.
+    ///
+    /// - Throws: ``SurveyError/invalidCondition(surveyID:reason:)`` for a
+    ///   negative count or window; ``SpoolError/notStarted`` before `start()`.
     public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
         try condition.validate(surveyID: "")
-        guard let log = engine.withLock({ $0.engine })?.state.withLock({ $0.log }) else { throw SpoolError.notStarted }
+        guard let database = context.database() else { throw SpoolError.notStarted }
         let now = Date().timeIntervalSince1970
-        return try await log.database.run { try $0.evaluate(condition, now: now) }
-    }
-
-    /// Evaluates `condition` `times` times on the database queue and returns
-    /// each evaluation's duration in nanoseconds: the SQL cost without the
-    /// hop. For spool-bench.
-    @_spi(Internals) public func measureEvaluation(_ condition: SurveyCondition, times: Int) async throws -> [UInt64] {
-        guard let log = engine.withLock({ $0.engine })?.state.withLock({ $0.log }) else { throw SpoolError.notStarted }
-        let now = Date().timeIntervalSince1970
-        return try await log.database.run { connection in
-            try (0..<times).map { _ in
-                let start = DispatchTime.now().uptimeNanoseconds
-                _ = try connection.evaluate(condition, now: now)
-                return DispatchTime.now().uptimeNanoseconds - start
-            }
+        return try await SpoolError.bridgingAsync {
+            try await database.run { try condition.holds(at: now, in: $0) }
         }
-    }
-
-    /// True when some survey could be triggered, so delivery must consult us.
-    var hasSurveys: Bool {
-        state.withLock { !$0.surveys.isEmpty }
     }
 
     /// The surveys `name` makes candidates, in registration order.
     func candidates(for name: String) -> [Survey] {
-        guard !SurveyLifecycleEvent.isLifecycle(name), name != EventEngine.heartbeatEventName else { return [] }
+        guard !SurveyLifecycleEvent.isLifecycle(name), name != ReservedEventName.heartbeat else { return [] }
         return state.withLock { $0.byTrigger[name] ?? $0.wildcards }
+    }
+
+    func finishAll() {
+        triggerCallbacks.finishAll()
+    }
+}
+
+// MARK: - Following delivery
+
+extension SurveyCenter: DeliveryFollower {
+    /// True when some survey could be triggered, so delivery must consult us.
+    var isActive: Bool {
+        state.withLock { !$0.surveys.isEmpty }
     }
 
     /// Trigger candidacy and conditions for a group of committed events, in
     /// log order (on the delivery queue). Conditions are evaluated for the
     /// whole group in one trip to the database, each at its event's time.
-    func consider(_ events: [CommittedEvent], database: DatabaseQueue) {
+    func follow(_ events: [CommittedEvent]) {
         let candidates = events.map { self.candidates(for: $0.stored.name) }
         guard candidates.contains(where: { !$0.isEmpty }) else { return }
         var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
-        if candidates.contains(where: { $0.contains { $0.conditions != .always } }) {
+        if candidates.contains(where: { $0.contains { $0.conditions != .always } }), let database = context.database() {
             let times = events.map(\.stored.recordedAt)
             let evaluated = try? database.sync { connection in
                 try zip(candidates, times).map { surveys, now in
-                    try surveys.map { try $0.conditions == .always || connection.evaluate($0.conditions, now: now) }
+                    try surveys.map { try $0.conditions == .always || $0.conditions.holds(at: now, in: connection) }
                 }
             }
             verdicts = evaluated ?? verdicts.map { $0.map { _ in false } }
         }
         for (index, event) in events.enumerated() where verdicts[index].contains(true) {
-            let stored = event.stored
-            let recorded = RecordedEvent(
-                id: stored.id, seq: stored.seq, name: stored.name,
-                parameters: event.parameters?.delivered ?? DeliveryQueue.parse(stored.parametersJSON),
-                timestamp: stored.recordedAt, sessionID: stored.sessionID)
+            let recorded = RecordedEvent(event.stored, parameters: event.deliveredParameters)
             for (survey, holds) in zip(candidates[index], verdicts[index]) where holds {
-                callbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded))
+                triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
             }
         }
-    }
-
-    func finishAll() {
-        callbacks.finishAll()
     }
 }

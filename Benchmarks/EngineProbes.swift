@@ -1,0 +1,56 @@
+import Foundation
+import Spool
+import SpoolStorage
+
+// What the benchmarks need beyond the public API, built here from the
+// library's package-level parts: the library itself ships no benchmark hooks.
+
+extension EventEngine {
+    /// Pushes `count` synthetic committed events through the engine's real
+    /// delivery queue in commit-sized groups and returns once all are
+    /// delivered: the listener fan-out cost alone, without the commit in
+    /// front of it.
+    func deliverSyntheticEvents(
+        _ count: Int, name: String, parameters: [String: EventValue], groupSize: Int = 4_096
+    ) async {
+        let json = #"{"i":1}"#
+        var seq: Int64 = 0
+        var remaining = count
+        while remaining > 0 {
+            let group = (0..<min(groupSize, remaining)).map { _ -> CommittedEvent in
+                seq += 1
+                return CommittedEvent(
+                    stored: StoredEvent(
+                        seq: seq, id: "", name: name, parametersJSON: json, recordedAt: 0, sessionID: nil,
+                        priority: false),
+                    attachment: parameters)
+            }
+            remaining -= group.count
+            delivery.enqueue(group)
+        }
+        await delivery.drain()
+    }
+}
+
+/// Copies the whole WAL of the database at `url` into the file and truncates
+/// it, so a measurement starts from the same state as a baseline.
+func checkpointAndTruncateWAL(_ url: URL) {
+    let raw = RawSQLite(path: url.path)
+    raw.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+}
+
+/// Evaluates `condition` `times` times on its own connection to the database
+/// at `url` and returns each evaluation's duration in nanoseconds: the SQL
+/// cost without any queue hop.
+func measureEvaluation(_ condition: SurveyCondition, times: Int, databaseAt url: URL) throws -> [UInt64] {
+    let database = try DatabaseQueue(path: url.path)
+    defer { database.close() }
+    let now = Date().timeIntervalSince1970
+    return try database.sync { connection in
+        try (0..<times).map { _ in
+            let start = DispatchTime.now().uptimeNanoseconds
+            _ = try condition.holds(at: now, in: connection)
+            return DispatchTime.now().uptimeNanoseconds - start
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import Foundation
+
+/// Everything an ``EventEngine`` is set up with. Creating one does no I/O.
+public struct EngineConfiguration: Sendable {
+    /// Where the database lives. `.inMemory` keeps nothing across restarts.
+    public var database: DatabaseLocation
+    /// What a commit survives; see ``SynchronousMode``.
+    public var synchronous: SynchronousMode
+    /// The most events one session accepts, not counting priority events
+    /// (L12). `nil` means no limit. Events over it are not stored, delivered
+    /// or uploaded, and `record` returns ``RecordOutcome/droppedSessionLimit``.
+    public var sessionEventLimit: Int?
+    /// Events that bypass the session limit.
+    public var priorityEventNames: Set<String>
+    /// Names stored and uploaded but never delivered to listeners (L6).
+    /// Replace at run time with ``EventEngine/setExcludedEventNames(_:)``.
+    public var excludedEventNames: Set<String>
+    /// When false, nothing is recorded until ``EventEngine/setEnabled(_:)``.
+    public var enabled: Bool
+    /// The user's data-collection consent at launch (L3).
+    public var consent: Bool
+    /// The most events the log keeps for consumers that have not finished them
+    /// (durable listeners, the uploader). Past it the oldest give way and are
+    /// counted as dropped per consumer. `nil` keeps everything.
+    public var maximumRetainedEvents: Int?
+    /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
+    /// feeds listeners and durable listeners).
+    public var collectorURL: URL?
+    /// What sends the batches (D8). `nil` uses a ``DefaultEventDispatcher``
+    /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
+    /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
+    /// `timerInterval`, and its `maxQueueSize` replaces
+    /// `maximumRetainedEvents`; any other gets the default batching.
+    public var dispatcher: (any EventDispatcher)?
+    /// Backoff for failed uploads.
+    public var retryPolicy: RetryPolicy
+    /// How long the event history (for survey rules) keeps an occurrence;
+    /// older rows are pruned at `start()`. `nil` keeps everything. Default 90 days.
+    public var historyRetention: TimeInterval?
+
+    public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
+
+    public init(
+        database: DatabaseLocation = .inMemory,
+        synchronous: SynchronousMode = .normal,
+        sessionEventLimit: Int? = nil,
+        priorityEventNames: Set<String> = EngineConfiguration.defaultPriorityEventNames,
+        excludedEventNames: Set<String> = [],
+        enabled: Bool = true,
+        consent: Bool = true,
+        maximumRetainedEvents: Int? = 10_000,
+        collectorURL: URL? = nil,
+        dispatcher: (any EventDispatcher)? = nil,
+        retryPolicy: RetryPolicy = RetryPolicy(),
+        historyRetention: TimeInterval? = 90 * 86_400
+    ) {
+        self.historyRetention = historyRetention
+        self.collectorURL = collectorURL
+        self.dispatcher = dispatcher
+        self.retryPolicy = retryPolicy
+        self.database = database
+        self.synchronous = synchronous
+        self.sessionEventLimit = sessionEventLimit
+        self.priorityEventNames = priorityEventNames
+        self.excludedEventNames = excludedEventNames
+        self.enabled = enabled
+        self.consent = consent
+        self.maximumRetainedEvents = maximumRetainedEvents
+    }
+}
+
+extension EngineConfiguration {
+    /// An engine that uploads to `collectorURL` through `dispatcher`, keeping
+    /// its queue where the dispatcher's `backingStore` and `dataStoreName` say,
+    /// inside `directory` (D5).
+    public static func uploading(
+        to collectorURL: URL, dispatcher: DefaultEventDispatcher = DefaultEventDispatcher(), in directory: URL
+    ) -> EngineConfiguration {
+        EngineConfiguration(
+            database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
+            collectorURL: collectorURL, dispatcher: dispatcher)
+    }
+
+    /// The retention bound in force: a `DefaultEventDispatcher`'s queue size
+    /// when uploading through one.
+    var effectiveRetention: Int? {
+        guard collectorURL != nil else { return maximumRetainedEvents }
+        return (dispatcher as? any BatchingPolicy)?.maxQueueSize ?? DefaultEventDispatcher.defaultMaxQueueSize
+    }
+}

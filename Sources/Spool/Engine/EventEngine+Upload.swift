@@ -1,0 +1,74 @@
+import Foundation
+import SpoolStorage
+
+extension EventEngine {
+    /// Uploads everything queued now, ignoring any backoff wait, and returns
+    /// when it is uploaded (or dead-lettered). While the user has opted out or
+    /// the engine is disabled nothing is uploaded, and this returns at once;
+    /// the events wait for consent to return.
+    ///
+    /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
+    ///   take it all (the rest stays queued and is retried with backoff);
+    ///   ``SpoolError/notStarted`` before `start()`. Without a `collectorURL`,
+    ///   returns at once.
+    public func flush() async throws {
+        guard state.withLock({ $0.phase == .started }) else { throw SpoolError.notStarted }
+        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
+        try await settle()
+        try await uploader.flush()
+    }
+
+    /// Call when the app enters the background (D9): queued events are
+    /// uploaded now. Spool calls it itself where UIKit reports the lifecycle;
+    /// hosts that cannot observe it (watchOS extensions, app extensions,
+    /// other platforms) call it, or ``SpoolBackgroundNotifier``, themselves.
+    public func applicationDidEnterBackground() {
+        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
+        uploader.requestFlushFromAnyThread()
+    }
+
+    /// Call when the app becomes active again: uploads what is due.
+    public func applicationDidBecomeActive() {
+        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
+        uploader.requestFlushFromAnyThread()
+    }
+
+    /// What the uploader has done and what waits.
+    public func uploadStatistics() async throws -> UploadStatistics {
+        guard let uploader = uploaderBox.withLock({ $0 }) else {
+            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+        }
+        return try await uploader.statistics()
+    }
+
+    // MARK: - Wiring
+
+    func startUploader(_ log: EventLog) async throws -> Uploader? {
+        guard let url = configuration.collectorURL else { return nil }
+        let dispatcher = configuration.dispatcher ?? DefaultEventDispatcher()
+        let policy = dispatcher as? any BatchingPolicy
+        let settings = Uploader.Settings(
+            url: url, batchSize: max(1, policy?.batchSize ?? DefaultEventDispatcher.defaultBatchSize),
+            timerInterval: max(0, policy?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval),
+            retry: configuration.retryPolicy)
+        let defaults = dispatcher as? DefaultEventDispatcher
+        let state = self.state
+        let uploader = Uploader(log: log, dispatcher: dispatcher, settings: settings) {
+            state.withLock { $0.consent && $0.enabled }
+        }
+        try await uploader.start()
+        uploaderBox.withLock { $0 = uploader }
+        defaults?.setFlushHandler { uploader.requestFlushFromAnyThread() }
+        SpoolBackgroundNotifier.register(self)
+        #if canImport(UIKit) && !os(watchOS)
+            observeApplicationLifecycle()
+        #endif
+        return uploader
+    }
+
+    func stopUploader() async {
+        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
+        (configuration.dispatcher as? DefaultEventDispatcher)?.setFlushHandler(nil)
+        await uploader.stop()
+    }
+}

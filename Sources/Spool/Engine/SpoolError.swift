@@ -1,0 +1,81 @@
+import SpoolStorage
+
+/// Library-level failures, with messages a user can act on.
+///
+/// Errors that come straight from SQLite are ``SQLiteError`` instead.
+public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The database file could not be opened or created (missing or unwritable
+    /// directory, permissions). The file is left as it was.
+    case cannotOpen(path: String, reason: String)
+    /// The file exists but is not a SQLite database. It is never overwritten.
+    case notADatabase(path: String)
+    /// The database was written by a newer Spool whose schema this library
+    /// does not know. The file is left untouched; upgrade the library.
+    case schemaTooNew(path: String, version: Int, latestKnown: Int)
+    /// A setting that must hold could not be applied (for example WAL mode).
+    case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
+    /// The engine or database was closed.
+    case closed
+    /// The engine was used before ``EventEngine/start()`` where that is not allowed.
+    case notStarted
+    /// The event was rejected before it was stored; nothing else was affected.
+    case invalidEvent(EventValidationError)
+    /// A configuration value is out of range.
+    case invalidConfiguration(String)
+    /// The event waited for a session longer than the waiting queue could
+    /// hold it: newer events pushed it out (the queue keeps the newest).
+    case droppedWhileWaitingForSession
+
+    public var description: String {
+        switch self {
+        case .cannotOpen(let path, let reason):
+            return "Cannot open the Spool database at \(path): \(reason)"
+        case .notADatabase(let path):
+            return "\(path) is not a SQLite database; Spool left it untouched"
+        case .schemaTooNew(let path, let version, let latestKnown):
+            return
+                "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
+        case .pragmaNotApplied(let path, let pragma, let expected, let actual):
+            return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
+        case .closed:
+            return "The Spool engine is closed"
+        case .notStarted:
+            return "The Spool engine has not been started"
+        case .invalidEvent(let reason):
+            return "Invalid event: \(reason)"
+        case .invalidConfiguration(let reason):
+            return "Invalid configuration: \(reason)"
+        case .droppedWhileWaitingForSession:
+            return "The event was dropped while waiting for a session: newer events filled the waiting queue"
+        }
+    }
+}
+
+// MARK: - From the storage layer
+
+extension SpoolError {
+    /// The storage layer's own failures as the public ones; SQLite's errors
+    /// and everything else pass through unchanged.
+    static func bridge(_ error: any Error) -> any Error {
+        guard let storage = error as? StorageError else { return error }
+        switch storage {
+        case .cannotOpen(let path, let reason): return SpoolError.cannotOpen(path: path, reason: reason)
+        case .notADatabase(let path): return SpoolError.notADatabase(path: path)
+        case .schemaTooNew(let path, let version, let latestKnown):
+            return SpoolError.schemaTooNew(path: path, version: version, latestKnown: latestKnown)
+        case .pragmaNotApplied(let path, let pragma, let expected, let actual):
+            return SpoolError.pragmaNotApplied(path: path, pragma: pragma, expected: expected, actual: actual)
+        case .closed: return SpoolError.closed
+        }
+    }
+
+    /// Runs `body`, turning storage failures into ``SpoolError``s.
+    static func bridging<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch { throw bridge(error) }
+    }
+
+    /// Runs `body`, turning storage failures into ``SpoolError``s.
+    static func bridgingAsync<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch { throw bridge(error) }
+    }
+}

@@ -1,0 +1,213 @@
+/// Reads stored parameter JSON back into ``EventValue``s: for durable
+/// listeners catching up after a restart, and for tests.
+///
+/// Numbers with a fraction or exponent read as `.double`, others as `.int`
+/// (as ``EventEncoder`` writes them); dates were stored as strings and read
+/// back as strings.
+struct JSONReader {
+    struct Failure: Error, Sendable, Hashable {
+        let offset: Int
+        let reason: String
+    }
+
+    private let bytes: [UInt8]
+    private var index = 0
+
+    private init(_ text: String) {
+        bytes = Array(text.utf8)
+    }
+
+    /// Parses one JSON value that fills the whole text.
+    static func parse(_ text: String) throws(Failure) -> EventValue {
+        var reader = JSONReader(text)
+        let value = try reader.readValue(depth: 0)
+        reader.skipWhitespace()
+        guard reader.index == reader.bytes.count else { throw reader.failure("trailing characters") }
+        return value
+    }
+
+    /// Parses a JSON object into parameters.
+    static func parseObject(_ text: String) throws(Failure) -> [String: EventValue] {
+        guard case .object(let object) = try parse(text) else { throw Failure(offset: 0, reason: "not an object") }
+        return object
+    }
+
+    private func failure(_ reason: String) -> Failure {
+        Failure(offset: index, reason: reason)
+    }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+    }
+
+    private mutating func readValue(depth: Int) throws(Failure) -> EventValue {
+        guard depth < 512 else { throw failure("nesting too deep") }
+        skipWhitespace()
+        guard index < bytes.count else { throw failure("unexpected end") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try readObject(depth: depth)
+        case UInt8(ascii: "["): return try readArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try readString())
+        case UInt8(ascii: "t"):
+            try expect("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expect("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expect("null")
+            return .null
+        default: return try readNumber()
+        }
+    }
+
+    private mutating func expect(_ word: StaticString) throws(Failure) {
+        let count = word.utf8CodeUnitCount
+        guard index + count <= bytes.count else { throw failure("unexpected end") }
+        for offset in 0..<count where bytes[index + offset] != word.utf8Start[offset] {
+            throw failure("unexpected literal")
+        }
+        index += count
+    }
+
+    private mutating func readObject(depth: Int) throws(Failure) -> EventValue {
+        index += 1
+        var object: [String: EventValue] = [:]
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(object)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw failure("expected a key") }
+            let key = try readString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw failure("expected ':'") }
+            index += 1
+            object[key] = try readValue(depth: depth + 1)
+            skipWhitespace()
+            guard index < bytes.count else { throw failure("unexpected end") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(object)
+            } else {
+                throw failure("expected ',' or '}'")
+            }
+        }
+    }
+
+    private mutating func readArray(depth: Int) throws(Failure) -> EventValue {
+        index += 1
+        var array: [EventValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(array)
+        }
+        while true {
+            array.append(try readValue(depth: depth + 1))
+            skipWhitespace()
+            guard index < bytes.count else { throw failure("unexpected end") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(array)
+            } else {
+                throw failure("expected ',' or ']'")
+            }
+        }
+    }
+
+    private mutating func readString() throws(Failure) -> String {
+        index += 1  // opening quote
+        var output: [UInt8] = []
+        while index < bytes.count {
+            let byte = bytes[index]
+            index += 1
+            switch byte {
+            case UInt8(ascii: "\""):
+                return String(decoding: output, as: UTF8.self)
+            case UInt8(ascii: "\\"):
+                guard index < bytes.count else { throw failure("unexpected end") }
+                let escape = bytes[index]
+                index += 1
+                switch escape {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): output.append(escape)
+                case UInt8(ascii: "n"): output.append(0x0A)
+                case UInt8(ascii: "r"): output.append(0x0D)
+                case UInt8(ascii: "t"): output.append(0x09)
+                case UInt8(ascii: "b"): output.append(0x08)
+                case UInt8(ascii: "f"): output.append(0x0C)
+                case UInt8(ascii: "u"):
+                    var scalar = try readHex4()
+                    if (0xD800..<0xDC00).contains(scalar), index + 1 < bytes.count,
+                        bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                    {
+                        index += 2
+                        let low = try readHex4()
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    }
+                    output.append(contentsOf: String(Unicode.Scalar(scalar) ?? "\u{FFFD}").utf8)
+                default: throw failure("invalid escape")
+                }
+            default:
+                guard byte >= 0x20 else { throw failure("control character in string") }
+                output.append(byte)
+            }
+        }
+        throw failure("unterminated string")
+    }
+
+    private mutating func readHex4() throws(Failure) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw failure("unexpected end") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            index += 1
+            let digit: UInt32
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+            default: throw failure("invalid \\u escape")
+            }
+            value = value * 16 + digit
+        }
+        return value
+    }
+
+    private mutating func readNumber() throws(Failure) -> EventValue {
+        let start = index
+        var isInteger = true
+        while index < bytes.count {
+            let byte = bytes[index]
+            if (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") {
+                index += 1
+            } else if byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
+                || byte == UInt8(ascii: "+")
+            {
+                isInteger = false
+                index += 1
+            } else {
+                break
+            }
+        }
+        let text = String(decoding: bytes[start..<index], as: UTF8.self)
+        if isInteger, let int = Int(text) { return .int(int) }
+        guard let double = Double(text), !text.isEmpty else { throw failure("invalid number") }
+        return .double(double)
+    }
+}
+
+extension EventValue {
+    /// Stored parameters read back into values.
+    static func parameters(fromJSON json: String) -> [String: EventValue] {
+        // try?: the encoder writes an object and the schema's CHECK
+        // (json_valid) keeps anything else out of the log, so nothing is lost.
+        (try? JSONReader.parseObject(json)) ?? [:]
+    }
+}

@@ -1,0 +1,33 @@
+/// What an `on(_:_:)` registration listens to.
+public struct EventTopic: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    enum Kind: Hashable, Sendable {
+        case named(String)
+        case everyEvent
+        case ready
+    }
+
+    let kind: Kind
+
+    /// Events with this name.
+    public static func named(_ name: String) -> EventTopic { EventTopic(kind: .named(name)) }
+    /// Every delivered event.
+    public static let everyEvent = EventTopic(kind: .everyEvent)
+    /// Fires once when `start()` settles; replayed at once to late subscribers.
+    public static let ready = EventTopic(kind: .ready)
+
+    public init(stringLiteral name: String) {
+        kind = .named(name)
+    }
+
+    init(kind: Kind) {
+        self.kind = kind
+    }
+
+    public var description: String {
+        switch kind {
+        case .named(let name): return name
+        case .everyEvent: return "<every event>"
+        case .ready: return "<ready>"
+        }
+    }
+}

@@ -1,0 +1,29 @@
+import SpoolStorage
+
+/// For hosts that cannot observe the app lifecycle (a watchOS extension
+/// delegate, a command-line tool): forwards to every started engine that
+/// uploads (D9).
+public enum SpoolBackgroundNotifier {
+    private static let engines = Protected<[WeakBox<EventEngine>]>([])
+
+    static func register(_ engine: EventEngine) {
+        engines.withLock { entries in
+            entries.removeAll { $0.object == nil || $0.object === engine }
+            entries.append(WeakBox(engine))
+        }
+    }
+
+    private static var live: [EventEngine] {
+        engines.withLock { $0.compactMap(\.object) }
+    }
+
+    /// The app moved to the background: upload what is queued.
+    public static func applicationDidEnterBackground() {
+        for engine in live { engine.applicationDidEnterBackground() }
+    }
+
+    /// The app is active again.
+    public static func applicationDidBecomeActive() {
+        for engine in live { engine.applicationDidBecomeActive() }
+    }
+}

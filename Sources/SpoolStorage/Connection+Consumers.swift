@@ -1,0 +1,214 @@
+import Foundation
+
+/// Where a newly registered consumer starts reading.
+package enum ConsumerStart: Sendable {
+    /// Before the oldest retained event: it receives the whole backlog.
+    case oldest
+    /// After the newest committed event: it receives only what comes next.
+    case end
+}
+
+// MARK: - Consumer positions, batches and prefix deletion (on the database queue)
+
+extension Connection {
+    /// Registers `consumer` if it has no row yet and returns its position.
+    package func registerConsumer(_ consumer: String, startingAt start: ConsumerStart) throws -> Int64 {
+        if let position = try position(of: consumer) { return position }
+        let position: Int64
+        switch start {
+        case .oldest: position = 0
+        case .end: position = try headPosition()
+        }
+        try withStatement("INSERT INTO consumers (id, position, updated_at) VALUES (?, ?, ?)") { statement in
+            try statement.bind(consumer, at: 1)
+            try statement.bind(position, at: 2)
+            try statement.bind(Date().timeIntervalSince1970, at: 3)
+            try statement.step()
+        }
+        return position
+    }
+
+    /// The last position `consumer` finished, or nil when it is unknown.
+    package func position(of consumer: String) throws -> Int64? {
+        try withStatement("SELECT position FROM consumers WHERE id = ?") { statement in
+            try statement.bind(consumer, at: 1)
+            return try statement.step() ? statement.int64(at: 0) : nil
+        }
+    }
+
+    /// The highest position ever assigned (0 for a new log), including events
+    /// already deleted.
+    package func headPosition() throws -> Int64 {
+        try withStatement("SELECT last_seq FROM log_head WHERE id = 1") { statement in
+            try statement.step() ? statement.int64(at: 0) : 0
+        }
+    }
+
+    /// Up to `limit` events after `position`, in log order, stopping before
+    /// the total parameter bytes would pass `maxBytes` (but always returning
+    /// at least one event when there is one).
+    package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) throws -> [StoredEvent] {
+        try withStatement(
+            """
+            SELECT seq, id, name, parameters, recorded_at, session_id, priority \
+            FROM events WHERE seq > ? ORDER BY seq LIMIT ?
+            """
+        ) { statement in
+            try statement.bind(position, at: 1)
+            try statement.bind(limit, at: 2)
+            var events: [StoredEvent] = []
+            var bytes = 0
+            while try statement.step() {
+                let event = StoredEvent(
+                    seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
+                    parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+                    sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0)
+                bytes += event.parametersJSON.utf8.count + event.name.utf8.count
+                if !events.isEmpty && bytes > maxBytes { break }
+                events.append(event)
+            }
+            return events
+        }
+    }
+
+    /// How many events lie after `position`.
+    package func countEvents(after position: Int64) throws -> Int {
+        try withStatement("SELECT count(*) FROM events WHERE seq > ?") { statement in
+            try statement.bind(position, at: 1)
+            return try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
+    /// Moves `consumer` to `position` (never backwards) and deletes the prefix
+    /// every consumer has finished, in one transaction.
+    ///
+    /// - Returns: the number of events deleted.
+    @discardableResult
+    package func advanceConsumer(_ consumer: String, to position: Int64) throws -> Int {
+        try transaction { try advanceConsumerInTransaction(consumer, to: position) }
+    }
+
+    /// ``advanceConsumer(_:to:)`` for a caller that already holds a write
+    /// transaction.
+    @discardableResult
+    package func advanceConsumerInTransaction(_ consumer: String, to position: Int64) throws -> Int {
+        try withStatement(
+            "UPDATE consumers SET position = max(position, ?), updated_at = ? WHERE id = ?"
+        ) { statement in
+            try statement.bind(position, at: 1)
+            try statement.bind(Date().timeIntervalSince1970, at: 2)
+            try statement.bind(consumer, at: 3)
+            try statement.step()
+        }
+        return try deleteFinishedPrefix()
+    }
+
+    /// Deletes the events every consumer has finished. With no consumers,
+    /// nothing is deleted.
+    package func deleteFinishedPrefix() throws -> Int {
+        try withStatement(
+            "DELETE FROM events WHERE seq <= (SELECT min(position) FROM consumers)"
+        ) { statement in
+            try statement.step()
+            return changes
+        }
+    }
+
+    /// Deletes the oldest events beyond `maximum` (counted back from `head`),
+    /// moving every consumer that had not finished them past them and counting
+    /// what it lost in `consumers.dropped`. Runs inside the append transaction.
+    package func enforceRetention(maximum: Int, head: Int64) throws {
+        let boundary = head - Int64(maximum)
+        guard boundary > 0 else { return }
+        let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
+            try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
+        }
+        guard let oldest, oldest <= boundary else { return }
+        try withStatement(
+            """
+            UPDATE consumers SET dropped = dropped + (? - max(position, ? - 1)), position = ?, updated_at = ? \
+            WHERE position < ?
+            """
+        ) { statement in
+            try statement.bind(boundary, at: 1)
+            try statement.bind(oldest, at: 2)
+            try statement.bind(boundary, at: 3)
+            try statement.bind(Date().timeIntervalSince1970, at: 4)
+            try statement.bind(boundary, at: 5)
+            try statement.step()
+        }
+        try withStatement("DELETE FROM events WHERE seq <= ?") { statement in
+            try statement.bind(boundary, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// How many events `consumer` lost to the retention bound.
+    package func droppedCount(of consumer: String) throws -> Int {
+        try withStatement("SELECT dropped FROM consumers WHERE id = ?") { statement in
+            try statement.bind(consumer, at: 1)
+            return try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
+    /// Drops not yet reported to `consumer`, marking them reported.
+    package func takeUnreportedDrops(of consumer: String) throws -> Int {
+        try transaction {
+            let unreported = try withStatement("SELECT dropped - dropped_reported FROM consumers WHERE id = ?") {
+                statement in
+                try statement.bind(consumer, at: 1)
+                return try statement.step() ? statement.int(at: 0) : 0
+            }
+            if unreported > 0 { try markDropsReported(of: consumer) }
+            return unreported
+        }
+    }
+
+    /// Marks every drop counted for `consumer` as reported.
+    package func markDropsReported(of consumer: String) throws {
+        try withStatement("UPDATE consumers SET dropped_reported = dropped WHERE id = ?") { statement in
+            try statement.bind(consumer, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// Removes a consumer's row, so it no longer holds events back.
+    package func removeConsumer(_ consumer: String) throws {
+        try transaction {
+            try withStatement("DELETE FROM consumers WHERE id = ?") { statement in
+                try statement.bind(consumer, at: 1)
+                try statement.step()
+            }
+            _ = try deleteFinishedPrefix()
+        }
+    }
+}
+
+// MARK: - Async front
+
+extension EventLog {
+    package func registerConsumer(_ consumer: String, startingAt start: ConsumerStart) async throws
+        -> Int64
+    {
+        try await database.run { try $0.registerConsumer(consumer, startingAt: start) }
+    }
+
+    package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) async throws
+        -> [StoredEvent]
+    {
+        try await database.run { try $0.readEvents(after: position, limit: limit, maxBytes: maxBytes) }
+    }
+
+    @discardableResult
+    package func advanceConsumer(_ consumer: String, to position: Int64) async throws -> Int {
+        try await database.run { try $0.advanceConsumer(consumer, to: position) }
+    }
+
+    package func countEvents(after position: Int64) async throws -> Int {
+        try await database.run { try $0.countEvents(after: position) }
+    }
+
+    package func position(of consumer: String) async throws -> Int64? {
+        try await database.run { try $0.position(of: consumer) }
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+
+extension Connection {
+    /// Moves `events` to the dead letters with `status` and `reason`, and
+    /// advances `consumer` past them, in one transaction. The events stay in
+    /// the log for other consumers until everyone has passed them.
+    package func deadLetter(_ events: some Collection<StoredEvent>, status: Int?, reason: String, consumer: String)
+        throws
+    {
+        guard let last = events.map(\.seq).max() else { return }
+        try transaction {
+            try withStatement(
+                """
+                INSERT OR REPLACE INTO dead_letters \
+                (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at) \
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+            ) { statement in
+                let now = Date().timeIntervalSince1970
+                for event in events {
+                    try statement.bind(event.seq, at: 1)
+                    try statement.bind(event.id, at: 2)
+                    try statement.bind(event.name, at: 3)
+                    try statement.bind(event.parametersJSON, at: 4)
+                    try statement.bind(event.recordedAt, at: 5)
+                    try statement.bind(event.sessionID, at: 6)
+                    if let status { try statement.bind(status, at: 7) } else { try statement.bindNull(at: 7) }
+                    try statement.bind(String(reason.prefix(500)), at: 8)
+                    try statement.bind(now, at: 9)
+                    try statement.step()
+                    statement.resetKeepingBindings()
+                }
+            }
+            try advanceConsumerInTransaction(consumer, to: last)
+        }
+    }
+
+    /// How many events sit in the dead letters.
+    package func deadLetterCount() throws -> Int {
+        try scalarInt("SELECT count(*) FROM dead_letters")
+    }
+}

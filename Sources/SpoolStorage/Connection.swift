@@ -1,0 +1,202 @@
+import CSQLite
+import Foundation
+
+/// Options applied and checked when a connection opens.
+package struct ConnectionOptions: Sendable {
+    /// `PRAGMA synchronous = FULL` (an fsync per commit) instead of `NORMAL`.
+    package var fullSynchronous = false
+    /// How long a statement waits for another process's lock (an app
+    /// extension sharing the file) before failing with `SQLITE_BUSY`.
+    package var busyTimeoutMilliseconds: Int32 = 5_000
+
+    package init(fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000) {
+        self.fullSynchronous = fullSynchronous
+        self.busyTimeoutMilliseconds = busyTimeoutMilliseconds
+    }
+}
+
+/// One SQLite connection. Not Sendable: it is owned by one serial executor
+/// (``DatabaseQueue``) and every `sqlite3_*` call happens there.
+package final class Connection {
+    /// The path as given (`:memory:` for an in-memory database).
+    package let path: String
+    package let handle: OpaquePointer
+    private var statements: [String: Statement] = [:]
+    private var isClosed = false
+
+    /// The path that opens a private in-memory database.
+    package static let inMemoryPath = ":memory:"
+
+    package var isInMemory: Bool { path == Self.inMemoryPath }
+
+    /// Opens (creating with mode 0600 if missing) and configures the database.
+    ///
+    /// - Throws: ``StorageError/cannotOpen(path:reason:)`` for a missing or
+    ///   unwritable directory, ``StorageError/notADatabase(path:)`` for a file
+    ///   that is not SQLite, ``StorageError/pragmaNotApplied(path:pragma:expected:actual:)``
+    ///   when WAL or another setting does not take. The file is never deleted
+    ///   or overwritten.
+    package init(path: String, options: ConnectionOptions) throws {
+        self.path = path
+        if path != Self.inMemoryPath {
+            try Connection.createFileIfMissing(path)
+        }
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_close_v2(handle)  // close the handle even when open fails
+            throw StorageError.cannotOpen(path: path, reason: message)
+        }
+        self.handle = handle
+        sqlite3_extended_result_codes(handle, 1)
+        do {
+            try configure(options)
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    deinit {
+        close()
+    }
+
+    /// Creates a missing database file with mode 0600 (events can be personal
+    /// data); SQLite gives the -wal and -shm files the same mode.
+    private static func createFileIfMissing(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd >= 0 {
+            Foundation.close(fd)
+            return
+        }
+        let code = errno
+        if code == EEXIST { return }
+        throw StorageError.cannotOpen(path: path, reason: String(cString: strerror(code)))
+    }
+
+    private func configure(_ options: ConnectionOptions) throws {
+        sqlite3_busy_timeout(handle, options.busyTimeoutMilliseconds)
+        // The first read of the file: a file that is not SQLite fails here,
+        // before anything could write to it.
+        do {
+            _ = try scalarInt("PRAGMA schema_version")
+        } catch let error as SQLiteError where error.resultCode == .notADatabase {
+            throw StorageError.notADatabase(path: path)
+        }
+        if !isInMemory {
+            let mode = try scalarString("PRAGMA journal_mode = WAL")
+            guard mode.lowercased() == "wal" else {
+                throw StorageError.pragmaNotApplied(path: path, pragma: "journal_mode", expected: "wal", actual: mode)
+            }
+        }
+        // Pragma arguments cannot be bound; these are our own constants.
+        let level = options.fullSynchronous ? 2 : 1
+        try execute(options.fullSynchronous ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
+        let synchronous = try scalarInt("PRAGMA synchronous")
+        guard synchronous == level else {
+            throw StorageError.pragmaNotApplied(
+                path: path, pragma: "synchronous", expected: "\(level)", actual: "\(synchronous)")
+        }
+        // After the WAL starts over, truncate its file to 4 MiB so one burst
+        // does not keep its size on disk forever.
+        if !isInMemory { _ = try scalarInt("PRAGMA journal_size_limit = 4194304") }
+        try execute("PRAGMA foreign_keys = ON")
+        guard try scalarInt("PRAGMA foreign_keys") == 1 else {
+            throw StorageError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")
+        }
+    }
+
+    /// Finalizes every cached statement and closes the handle. Idempotent.
+    package func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        for statement in statements.values { statement.finalize() }
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    // MARK: - Errors
+
+    /// The one path from a SQLite result code to a thrown ``SQLiteError``.
+    package func check(_ code: Int32, sql: String? = nil) throws {
+        if code != SQLITE_OK && code != SQLITE_ROW && code != SQLITE_DONE {
+            throw error(code, sql: sql)
+        }
+    }
+
+    package func error(_ code: Int32, sql: String?) -> SQLiteError {
+        let extended = sqlite3_extended_errcode(handle)
+        // The connection's last error can be stale; trust `code` for the primary.
+        let resolved = (extended & 0xFF) == (code & 0xFF) ? extended : code
+        return SQLiteError(extendedResultCode: resolved, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    // MARK: - Statements
+
+    /// A cached prepared statement for `sql`, reset and unbound.
+    package func cachedStatement(_ sql: String) throws -> Statement {
+        if let statement = statements[sql] { return statement }
+        let statement = try Statement(connection: self, sql: sql, persistent: true)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs `body` with a cached statement and resets it afterwards, whatever
+    /// happens.
+    @discardableResult
+    package func withStatement<T>(_ sql: String, _ body: (Statement) throws -> T) throws -> T {
+        let statement = try cachedStatement(sql)
+        defer { statement.reset() }
+        return try body(statement)
+    }
+
+    /// Executes SQL with no bound values (schema, pragmas, transaction control).
+    /// Can hold several statements.
+    package func execute(_ sql: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &message)
+        if code != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+            sqlite3_free(message)
+            throw SQLiteError(extendedResultCode: sqlite3_extended_errcode(handle), message: text, sql: sql)
+        }
+    }
+
+    package func scalarInt(_ sql: String) throws -> Int {
+        try withStatement(sql) { statement in
+            try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
+    package func scalarString(_ sql: String) throws -> String {
+        try withStatement(sql) { statement in
+            try statement.step() ? statement.string(at: 0) : ""
+        }
+    }
+
+    // MARK: - Transactions
+
+    package var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction: committed when it
+    /// returns, rolled back when it throws.
+    package func transaction<T>(_ body: () throws -> T) throws -> T {
+        try withStatement("BEGIN IMMEDIATE") { try $0.step() }
+        let result: T
+        do {
+            result = try body()
+            try withStatement("COMMIT") { try $0.step() }
+        } catch {
+            if isInTransaction { _ = try? withStatement("ROLLBACK") { try $0.step() } }
+            throw error
+        }
+        return result
+    }
+
+    package var changes: Int { Int(sqlite3_changes(handle)) }
+}
+
+@available(*, unavailable, message: "A connection belongs to one serial executor; use DatabaseQueue")
+extension Connection: Sendable {}

@@ -1,0 +1,122 @@
+import Dispatch
+import Foundation
+
+/// The serial queue that owns the write connection.
+///
+/// Every `sqlite3_*` call on that connection runs on `queue`: the writer's
+/// commits, consumers' reads and position saves, and the uploader (an actor
+/// whose executor is ``executor``). Work that must not block a caller goes
+/// through ``async(_:)`` or ``run(_:)``; ``sync(_:)`` is for callers that are
+/// certainly elsewhere (it traps when called from the queue itself, where it
+/// would deadlock).
+package final class DatabaseQueue: @unchecked Sendable {
+    // Safe: `connection` is only touched from blocks running on `queue`
+    // (checked with dispatchPrecondition in every entry point).
+    private let queue: DispatchQueue
+    private var connection: Connection?
+    private let checkpointer: Checkpointer?
+    /// The path as given (`:memory:` for an in-memory database).
+    package let path: String
+    /// An executor that runs an actor's jobs on this queue, so the actor can
+    /// use the connection without a hop to another thread.
+    package let executor: QueueExecutor
+
+    package var isInMemory: Bool { path == Connection.inMemoryPath }
+
+    /// Opens the database at `path` (``Connection/inMemoryPath`` for a private
+    /// in-memory one) and applies every embedded migration.
+    package init(path: String, options: ConnectionOptions = ConnectionOptions()) throws {
+        self.path = path
+        self.queue = DispatchQueue(label: "spool.database", qos: .utility)
+        self.executor = QueueExecutor(queue: queue)
+        let connection = try queue.sync {
+            let connection = try Connection(path: path, options: options)
+            do {
+                try Migrator(migrations: Migration.embedded).migrate(connection)
+            } catch {
+                connection.close()
+                throw error
+            }
+            return connection
+        }
+        if path == Connection.inMemoryPath {
+            checkpointer = nil
+        } else {
+            do {
+                let checkpointer = try Checkpointer(path: path, options: options)
+                queue.sync { checkpointer.install(on: connection) }
+                self.checkpointer = checkpointer
+            } catch {
+                queue.sync { connection.close() }
+                throw error
+            }
+        }
+        // Published on the queue, where every later access happens.
+        queue.sync { self.connection = connection }
+    }
+
+    deinit {
+        // No block on `queue` can be running: each one holds `self`. So close
+        // directly — `close()`'s queue.sync would deadlock if the last
+        // reference went away on the queue itself (an actor it executes).
+        connection?.close()
+        checkpointer?.close()
+    }
+
+    /// Runs `body` on the queue and waits for it. Never call it from the
+    /// queue (it checks).
+    package func sync<T>(_ body: (Connection) throws -> T) throws -> T {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        return try queue.sync {
+            guard let connection else { throw StorageError.closed }
+            return try body(connection)
+        }
+    }
+
+    /// Runs `body` on the queue without waiting. `body` gets nil once closed.
+    package func async(_ body: @escaping @Sendable (Connection?) -> Void) {
+        queue.async { body(self.connection) }
+    }
+
+    /// Runs `body` on the queue after `delay` seconds.
+    package func asyncAfter(_ delay: TimeInterval, _ body: @escaping @Sendable (Connection?) -> Void) {
+        queue.asyncAfter(deadline: .now() + delay) { body(self.connection) }
+    }
+
+    /// Runs `body` on the queue and awaits its result.
+    package func run<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                guard let connection = self.connection else {
+                    continuation.resume(throwing: StorageError.closed)
+                    return
+                }
+                continuation.resume(with: Result { try body(connection) })
+            }
+        }
+    }
+
+    /// Traps unless called from the queue itself.
+    package func assertOnQueue() {
+        dispatchPrecondition(condition: .onQueue(queue))
+    }
+
+    /// Runs `body` with the connection, for code already running on the
+    /// queue (an actor whose executor is ``executor``).
+    package func onQueue<T>(_ body: (Connection) throws -> T) throws -> T {
+        assertOnQueue()
+        guard let connection else { throw StorageError.closed }
+        return try body(connection)
+    }
+
+    /// Closes the connection after every block already queued has run.
+    package func close() {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        queue.sync {
+            connection?.close()
+            connection = nil
+        }
+        // Last: the checkpointer's connection then checkpoints and removes the WAL.
+        checkpointer?.close()
+    }
+}

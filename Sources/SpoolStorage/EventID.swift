@@ -1,0 +1,59 @@
+/// A small, fast pseudo-random generator (wyrand), seeded once from the
+/// system. Not cryptographic: event ids only need to be unique.
+package struct FastRandom: Sendable {
+    private var state: UInt64
+
+    package init(seed: UInt64) {
+        state = seed
+    }
+
+    package init() {
+        var system = SystemRandomNumberGenerator()
+        self.init(seed: system.next())
+    }
+
+    package mutating func next() -> UInt64 {
+        state &+= 0xa076_1d64_78bd_642f
+        let product = (state ^ 0xe703_7ed1_a0b4_28db).multipliedFullWidth(by: state)
+        return product.high ^ product.low
+    }
+}
+
+/// Stable event ids: UUID version 7 (RFC 9562), formatted by hand.
+///
+/// The first 48 bits are the Unix time in milliseconds, so ids sort by time and
+/// an index on them (a collector's) grows at its right edge; the remaining 74
+/// bits are random. Foundation's `UUID().uuidString` costs about 1.9 µs on Linux;
+/// this costs a few nanoseconds plus the string.
+package enum EventID {
+    /// The id for `milliseconds` since 1970 and two random words.
+    package static func make(milliseconds: UInt64, random high: UInt64, _ low: UInt64) -> String {
+        // 48-bit time | 4-bit version (7) | 12 random bits
+        let upper = (milliseconds << 16) | 0x7000 | (high & 0x0FFF)
+        // 2-bit variant (10) | 62 random bits
+        let lower = (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+        return String(unsafeUninitializedCapacity: 36) { buffer in
+            let digits: StaticString = "0123456789abcdef"
+            let table = digits.utf8Start
+            var index = 0
+            func put(_ word: UInt64, nibbles: ClosedRange<Int>) {
+                for nibble in nibbles.reversed() {
+                    if index == 8 || index == 13 || index == 18 || index == 23 {
+                        buffer[index] = UInt8(ascii: "-")
+                        index += 1
+                    }
+                    buffer[index] = table[Int((word >> UInt64(nibble * 4)) & 0xF)]
+                    index += 1
+                }
+            }
+            put(upper, nibbles: 0...15)
+            put(lower, nibbles: 0...15)
+            return 36
+        }
+    }
+
+    /// The millisecond timestamp an id carries.
+    package static func milliseconds(of id: String) -> UInt64? {
+        UInt64(String(id.filter { $0 != "-" }.prefix(12)), radix: 16)
+    }
+}

@@ -1,0 +1,121 @@
+import CSQLite
+
+/// A prepared statement, owned by one ``Connection`` and used only on its
+/// serial executor.
+///
+/// Statements come from the connection's cache; `reset()` clears bindings so
+/// a cached statement never leaks a previous caller's values.
+package final class Statement {
+    package let handle: OpaquePointer
+    package let sql: String
+    private unowned let connection: Connection
+
+    package init(connection: Connection, sql: String, persistent: Bool) throws {
+        var handle: OpaquePointer?
+        let flags = persistent ? UInt32(SQLITE_PREPARE_PERSISTENT) : 0
+        let code = sqlite3_prepare_v3(connection.handle, sql, -1, flags, &handle, nil)
+        guard code == SQLITE_OK, let handle else {
+            sqlite3_finalize(handle)
+            throw connection.error(code, sql: sql)
+        }
+        self.handle = handle
+        self.sql = sql
+        self.connection = connection
+    }
+
+    package func finalize() {
+        sqlite3_finalize(handle)
+    }
+
+    // MARK: - Binding (1-based indexes, as in SQLite)
+
+    package func bind(_ value: Int64, at index: Int32) throws {
+        try check(sqlite3_bind_int64(handle, index, value))
+    }
+
+    package func bind(_ value: Int, at index: Int32) throws {
+        try check(sqlite3_bind_int64(handle, index, Int64(value)))
+    }
+
+    package func bind(_ value: Double, at index: Int32) throws {
+        try check(sqlite3_bind_double(handle, index, value))
+    }
+
+    package func bind(_ value: Bool, at index: Int32) throws {
+        try check(sqlite3_bind_int64(handle, index, value ? 1 : 0))
+    }
+
+    package func bind(_ value: String?, at index: Int32) throws {
+        guard var value else {
+            try check(sqlite3_bind_null(handle, index))
+            return
+        }
+        let code = value.withUTF8 { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                spool_bind_text(handle, index, chars.baseAddress, Int32(chars.count))
+            }
+        }
+        try check(code)
+    }
+
+    package func bindNull(at index: Int32) throws {
+        try check(sqlite3_bind_null(handle, index))
+    }
+
+    // MARK: - Stepping
+
+    /// Steps once; returns true when a row is available.
+    @discardableResult
+    package func step() throws -> Bool {
+        let code = sqlite3_step(handle)
+        switch code {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw connection.error(code, sql: sql)
+        }
+    }
+
+    /// Resets the statement and clears its bindings for the next use.
+    package func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Resets the statement but keeps its bindings: for a loop that rebinds
+    /// every parameter before each step.
+    package func resetKeepingBindings() {
+        sqlite3_reset(handle)
+    }
+
+    // MARK: - Columns (0-based indexes, as in SQLite)
+
+    package func int64(at column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    package func int(at column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
+    package func double(at column: Int32) -> Double { sqlite3_column_double(handle, column) }
+    package func isNull(at column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+
+    package func string(at column: Int32) -> String {
+        guard let text = sqlite3_column_text(handle, column) else { return "" }
+        let count = Int(sqlite3_column_bytes(handle, column))
+        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+    }
+
+    package func optionalString(at column: Int32) -> String? {
+        isNull(at: column) ? nil : string(at: column)
+    }
+
+    /// The column's bytes as SQLite holds them (text as UTF-8), without a
+    /// copy. Valid only until the statement steps, resets or is finalized.
+    package func bytes(at column: Int32) -> UnsafeRawBufferPointer {
+        let text = sqlite3_column_text(handle, column)
+        let count = Int(sqlite3_column_bytes(handle, column))
+        return UnsafeRawBufferPointer(start: text, count: text == nil ? 0 : count)
+    }
+
+    private func check(_ code: Int32) throws {
+        if code != SQLITE_OK { throw connection.error(code, sql: sql) }
+    }
+}
+
+@available(*, unavailable, message: "A statement belongs to its connection's serial executor")
+extension Statement: Sendable {}

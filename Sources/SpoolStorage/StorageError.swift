@@ -1,0 +1,28 @@
+/// Failures of the storage layer that are not SQLite's own result codes.
+///
+/// The engine turns these into its public `SpoolError`; the storage layer
+/// knows nothing above it.
+package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The database file could not be opened or created.
+    case cannotOpen(path: String, reason: String)
+    /// The file exists but is not a SQLite database. It is never overwritten.
+    case notADatabase(path: String)
+    /// The file's schema is newer than the migrations this library embeds.
+    case schemaTooNew(path: String, version: Int, latestKnown: Int)
+    /// A setting that must hold could not be applied (for example WAL mode).
+    case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
+    /// The log or database was closed.
+    case closed
+
+    package var description: String {
+        switch self {
+        case .cannotOpen(let path, let reason): return "cannot open \(path): \(reason)"
+        case .notADatabase(let path): return "\(path) is not a SQLite database"
+        case .schemaTooNew(let path, let version, let latestKnown):
+            return "\(path) has schema version \(version), newer than \(latestKnown)"
+        case .pragmaNotApplied(let path, let pragma, let expected, let actual):
+            return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
+        case .closed: return "closed"
+        }
+    }
+}
