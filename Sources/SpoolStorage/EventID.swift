@@ -52,6 +52,14 @@ package enum EventID {
         }
     }
 
+    /// Milliseconds since 1970 for an id, from seconds: clamped to the 48 bits
+    /// an id holds (negative, non-finite and far-future times never trap).
+    package static func milliseconds(since1970 seconds: Double) -> UInt64 {
+        let milliseconds = seconds * 1000
+        guard milliseconds > 0 else { return 0 }  // also NaN
+        return milliseconds < 281_474_976_710_655 ? UInt64(milliseconds) : 281_474_976_710_655
+    }
+
     /// The millisecond timestamp an id carries.
     package static func milliseconds(of id: String) -> UInt64? {
         UInt64(String(id.filter { $0 != "-" }.prefix(12)), radix: 16)

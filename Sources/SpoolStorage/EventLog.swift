@@ -9,35 +9,67 @@ import Foundation
 /// sync cost is shared by many events, and when idle there is no timer wait.
 ///
 /// The log order is the order appends were accepted. A failed commit (disk
-/// full, I/O error) fails the callers awaiting those events and keeps the
-/// events buffered, in order, for the next attempt; nothing is dropped.
+/// full, I/O error) keeps the events buffered, in order, for the next attempt
+/// (with backoff); their waiters learn it with
+/// ``StorageError/notYetCommitted(_:)`` — the event is *not* lost and must not
+/// be appended again. While commits keep failing the buffer is bounded:
+/// appends past ``Limits`` are refused with ``StorageError/bufferFull(events:bytes:)``.
 package final class EventLog: Sendable {
     /// The most rows one transaction commits; the rest wait for the next one.
     package static let maximumGroupSize = 4_096
 
-    package typealias CommitHandler = @Sendable ([CommittedEvent]) -> Void
+    package typealias CommitHandler = @Sendable (_ events: [CommittedEvent], _ head: Int64) -> Void
 
-    private struct Pending {
+    /// How much may wait for the writer.
+    package struct Limits: Sendable, Hashable {
+        package var events: Int
+        /// Parameter JSON and name bytes.
+        package var bytes: Int
+
+        package init(events: Int, bytes: Int) {
+            self.events = max(1, events)
+            self.bytes = max(1, bytes)
+        }
+    }
+
+    /// What the log could not tell a caller directly.
+    package enum Failure: Sendable {
+        /// A commit failed; `buffered` events wait for the next attempt.
+        case commitFailed(any Error, buffered: Int)
+        /// Commits succeed again after `failures` failed attempts.
+        case commitRecovered(failures: Int)
+        /// The database refused one row (a constraint, a value too big): it
+        /// will never be stored.
+        case rowRejected(SQLiteError)
+        /// An append was refused: the buffer is at its bound while commits fail.
+        case appendRefused
+    }
+
+    struct Pending {
         let ticket: UInt64
         let id: String
         let record: EventRecord
     }
 
-    private struct Waiter {
+    struct Waiter {
         let ticket: UInt64
         let continuation: CheckedContinuation<Void, any Error>
     }
 
-    private struct State {
+    struct State {
         var buffer: [Pending] = []
+        var bufferedBytes = 0
+        var limits: Limits
         var nextTicket: UInt64 = 1
         var durableThrough: UInt64 = 0
         var commitScheduled = false
         var waiters: [Waiter] = []
         var consecutiveFailures = 0
+        var lastFailure: (any Error)?
         var random = FastRandom()
         var closed = false
         var commitHandler: CommitHandler?
+        var failureHandler: (@Sendable (Failure) -> Void)?
         var maximumRetainedEvents: Int?
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
@@ -45,10 +77,11 @@ package final class EventLog: Sendable {
     }
 
     package let database: DatabaseQueue
-    private let state = Protected(State())
+    let state: Protected<State>
 
-    package init(database: DatabaseQueue) {
+    package init(database: DatabaseQueue, limits: Limits = Limits(events: 50_000, bytes: 16 << 20)) {
         self.database = database
+        state = Protected(State(limits: limits))
     }
 
     /// Bounds the log: when it holds more than `maximum` events, the oldest
@@ -60,31 +93,51 @@ package final class EventLog: Sendable {
     }
 
     /// Called on the database queue after each successful commit, with the
-    /// committed events in log order.
+    /// committed events in log order and the log's head after it. Set nil to
+    /// let go of whatever the handler holds.
     package func setCommitHandler(_ handler: CommitHandler?) {
         state.withLock { $0.commitHandler = handler }
+    }
+
+    /// Told, on whatever thread noticed, what no caller could be told.
+    package func setFailureHandler(_ handler: (@Sendable (Failure) -> Void)?) {
+        state.withLock { $0.failureHandler = handler }
     }
 
     // MARK: - Appending
 
     /// Buffers one event for the next group commit and returns at once.
     ///
-    /// - Throws: ``StorageError/closed`` after ``close()``.
+    /// - Throws: ``StorageError/closed`` after ``close()``;
+    ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
+    ///   bound and commits are failing (the event was not accepted).
     @discardableResult
     package func append(_ record: EventRecord) throws -> AppendReceipt {
-        let milliseconds = UInt64(max(0, record.recordedAt * 1000))
+        let milliseconds = EventID.milliseconds(since1970: record.recordedAt)
+        let bytes = record.parametersJSON.utf8.count + record.name.utf8.count
         let (high, low) = state.withLock { ($0.random.next(), $0.random.next()) }
         // Format outside the lock; take the ticket and buffer under one hold,
         // so the buffer is always in ticket order.
         let id = EventID.make(milliseconds: milliseconds, random: high, low)
-        let (ticket, wake) = try state.withLock { state in
+        let (ticket, wake, refused) = try state.withLock { state -> (UInt64, Bool, (@Sendable (Failure) -> Void)?) in
             guard !state.closed else { throw StorageError.closed }
+            if state.consecutiveFailures > 0
+                && (state.buffer.count >= state.limits.events || state.bufferedBytes + bytes > state.limits.bytes)
+            {
+                return (0, false, state.failureHandler ?? { _ in })
+            }
             let ticket = state.nextTicket
             state.nextTicket += 1
             state.buffer.append(Pending(ticket: ticket, id: id, record: record))
+            state.bufferedBytes += bytes
             let wake = !state.commitScheduled
             state.commitScheduled = true
-            return (ticket, wake)
+            return (ticket, wake, nil)
+        }
+        if let refused {
+            refused(.appendRefused)
+            let (events, bytes) = state.withLock { ($0.buffer.count, $0.bufferedBytes) }
+            throw StorageError.bufferFull(events: events, bytes: bytes)
         }
         if wake { scheduleCommit(after: 0) }
         return AppendReceipt(ticket: ticket, id: id)
@@ -92,9 +145,11 @@ package final class EventLog: Sendable {
 
     /// Returns once every event up to and including `receipt` is committed.
     ///
-    /// - Throws: the commit's error if the transaction holding the event
-    ///   failed. The event stays buffered and is retried; a later successful
-    ///   `waitUntilDurable` proves it landed.
+    /// - Throws: ``StorageError/notYetCommitted(_:)`` when the commit holding
+    ///   the event failed: it stays buffered and is retried (a later
+    ///   successful wait proves it landed); the row's ``SQLiteError`` when the
+    ///   database refused that row for good; ``StorageError/closed`` when the
+    ///   log closed before it could be committed.
     package func waitUntilDurable(_ receipt: AppendReceipt) async throws {
         try await waitUntilDurable(ticket: receipt.ticket)
     }
@@ -105,11 +160,12 @@ package final class EventLog: Sendable {
         try await waitUntilDurable(ticket: last)
     }
 
-    private func waitUntilDurable(ticket: UInt64) async throws {
+    func waitUntilDurable(ticket: UInt64) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let immediate: Result<Void, any Error>? = state.withLock { state in
                 if let error = state.rejected[ticket] { return .failure(error) }
                 if ticket <= state.durableThrough { return .success(()) }
+                if state.closed && !state.commitScheduled { return .failure(StorageError.closed) }
                 state.waiters.append(Waiter(ticket: ticket, continuation: continuation))
                 return nil
             }
@@ -123,203 +179,41 @@ package final class EventLog: Sendable {
     /// Events accepted but not yet committed.
     package var bufferedCount: Int { state.withLock { $0.buffer.count } }
 
-    // MARK: - The writer
-
-    private func scheduleCommit(after delay: TimeInterval) {
-        let body: @Sendable (Connection?) -> Void = { [self] connection in
-            guard let connection else { return failAll(StorageError.closed) }
-            commitBuffered(connection)
-        }
-        if delay > 0 { database.asyncAfter(delay, body) } else { database.async(body) }
-    }
-
-    /// Commits what is buffered, on the database queue, in transactions of at
-    /// most ``maximumGroupSize`` rows.
-    ///
-    /// A row the database refuses (a constraint, a value too big) must not
-    /// hold back the rows around it: the group is then committed row by row,
-    /// and only the refused row's callers get the error. Any other failure
-    /// (disk full, I/O) keeps everything buffered, in order, for a retry.
-    private func commitBuffered(_ connection: Connection) {
-        // Take the whole buffer in O(1); appenders start a fresh one.
-        let staged: [Pending] = state.withLock { state in
-            var staged: [Pending] = []
-            swap(&staged, &state.buffer)
-            return staged
-        }
-        var start = staged.startIndex
-        while start < staged.endIndex {
-            let group = staged[start..<min(staged.endIndex, start + Self.maximumGroupSize)]
-            do {
-                do {
-                    try commit(group, connection)
-                } catch let error as SQLiteError where error.isRowSpecific {
-                    for index in group.indices {
-                        start = index
-                        do {
-                            try commit(staged[index...index], connection)
-                        } catch let error as SQLiteError where error.isRowSpecific {
-                            reject(staged[index], error)
-                        }
-                    }
-                }
-                start = group.endIndex
-            } catch {
-                let last = group[group.endIndex - 1].ticket
-                let failed = state.withLock { state in
-                    // Back at the front, in the same order, for the next attempt.
-                    state.buffer.insert(contentsOf: staged[start...], at: 0)
-                    state.consecutiveFailures += 1
-                    return takeWaiters(through: last, from: &state)
-                }
-                for waiter in failed { waiter.continuation.resume(throwing: error) }
-                rescheduleIfNeeded(afterFailure: true)
-                return
-            }
-        }
-        rescheduleIfNeeded(afterFailure: false)
-    }
-
-    /// Writes one group in one transaction and tells the handler and the
-    /// waiters.
-    private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
-        let committed = try write(group, connection)
-        let last = group[group.endIndex - 1].ticket
-        let (ready, handler) = state.withLock { state in
-            state.durableThrough = last
-            state.consecutiveFailures = 0
-            return (takeWaiters(through: last, from: &state), state.commitHandler)
-        }
-        // The handler first: once a caller sees its event durable, the event
-        // is already on its way to listeners.
-        if let handler { handler(committed()) }
-        for waiter in ready { waiter.continuation.resume() }
-    }
-
-    /// Drops one row the database refused: its callers get `error`, and the
-    /// log moves on.
-    private func reject(_ pending: Pending, _ error: SQLiteError) {
-        let failed = state.withLock { state in
-            state.rejected[pending.ticket] = error
-            state.durableThrough = max(state.durableThrough, pending.ticket)
-            return takeWaiters(through: pending.ticket, from: &state)
-        }
-        for waiter in failed { waiter.continuation.resume(throwing: error) }
-    }
-
-    private func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {
-        guard state.waiters.contains(where: { $0.ticket <= ticket }) else { return [] }
-        let ready = state.waiters.filter { $0.ticket <= ticket }
-        state.waiters.removeAll { $0.ticket <= ticket }
-        return ready
-    }
-
-    private func rescheduleIfNeeded(afterFailure: Bool) {
-        let delay: TimeInterval? = state.withLock { state in
-            if state.buffer.isEmpty {
-                state.commitScheduled = false
-                return nil
-            }
-            guard afterFailure else { return 0 }
-            // 50 ms, doubling, at most 5 s between attempts.
-            return min(5, 0.05 * pow(2, Double(min(state.consecutiveFailures - 1, 10))))
-        }
-        if let delay { scheduleCommit(after: delay) }
-    }
-
-    /// Inserts one group in one transaction and returns a builder for the
-    /// committed rows (only called when someone listens).
-    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> () -> [CommittedEvent] {
-        let maximumRetained = state.withLock { $0.maximumRetainedEvents }
-        var firstSeq: Int64 = 0
-        #if !DEBUG
-            // The schema's CHECKs (json_valid, priority in 0/1) guard every other
-            // writer of the file. Spool's own rows are valid by construction (the
-            // encoder's fuzz test asserts json_valid on what it writes), and
-            // json_valid alone costs about a quarter of the insert, so release
-            // builds skip evaluating them for this one statement's transaction.
-            // Debug builds (the test suite) keep them on as a tripwire.
-            try connection.execute("PRAGMA ignore_check_constraints = ON")
-            defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
-        #endif
-        try connection.transaction {
-            // Read inside the transaction, so another process sharing the file
-            // (an app extension) cannot be handed the same positions.
-            var seq = try connection.headPosition()
-            firstSeq = seq + 1
-            let insert = try connection.cachedStatement(
-                """
-                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority) \
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
-            defer { insert.reset() }
-            var historyCount = 0
-            for pending in group {
-                let record = pending.record
-                seq += 1
-                try insert.bind(seq, at: 1)
-                try insert.bind(pending.id, at: 2)
-                try insert.bind(record.name, at: 3)
-                try insert.bind(record.parametersJSON, at: 4)
-                try insert.bind(record.recordedAt, at: 5)
-                try insert.bind(record.sessionID, at: 6)
-                try insert.bind(record.priority, at: 7)
-                try insert.step()
-                insert.resetKeepingBindings()
-                if record.addsToHistory { historyCount += 1 }
-            }
-            try connection.withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { head in
-                try head.bind(seq, at: 1)
-                try head.step()
-            }
-            if let maximumRetained { try connection.enforceRetention(maximum: maximumRetained, head: seq) }
-            if historyCount > 0 {
-                try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES (?, ?)") { history in
-                    for pending in group where pending.record.addsToHistory {
-                        try history.bind(pending.record.name, at: 1)
-                        try history.bind(pending.record.recordedAt, at: 2)
-                        try history.step()
-                        history.resetKeepingBindings()
-                    }
-                }
-            }
-        }
-        return {
-            var seq = firstSeq
-            return group.map { pending in
-                defer { seq += 1 }
-                let record = pending.record
-                return CommittedEvent(
-                    stored: StoredEvent(
-                        seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
-                        recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority),
-                    attachment: record.attachment)
-            }
-        }
-    }
-
-    private func failAll(_ error: any Error) {
-        let waiters = state.withLock { state in
-            defer { state.waiters.removeAll() }
-            state.commitScheduled = false
-            return state.waiters
-        }
-        for waiter in waiters { waiter.continuation.resume(throwing: error) }
-    }
+    /// Bytes (parameter JSON and names) accepted but not yet committed.
+    package var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
 
     // MARK: - Closing
 
-    /// Stops accepting appends and waits until everything buffered is
-    /// committed.
+    /// What ``close()`` could not do.
+    package struct CloseReport: Sendable {
+        /// Events still buffered when the database had to close: they are
+        /// lost when the process ends.
+        package var uncommitted: Int
+        /// Why the last commit failed.
+        package var error: (any Error)?
+    }
+
+    /// Stops accepting appends, makes one more commit attempt at once (even
+    /// while backing off) and waits for it.
     ///
-    /// - Throws: the last commit error if the buffer could not be committed;
-    ///   the events remain buffered only in memory and are lost when the
-    ///   process ends, so callers should report it.
-    package func close() async throws {
+    /// - Returns: what could not be committed, if anything.
+    @discardableResult
+    package func close() async -> CloseReport {
         let last = state.withLock { state in
             state.closed = true
             return state.nextTicket - 1
         }
-        try await waitUntilDurable(ticket: last)
+        // One attempt now rather than after the failure backoff.
+        database.async { [self] connection in
+            guard let connection else { return failAll(StorageError.closed) }
+            commitBuffered(connection)
+        }
+        do {
+            try await waitUntilDurable(ticket: last)
+            return CloseReport(uncommitted: 0, error: nil)
+        } catch {
+            let uncommitted = state.withLock { $0.buffer.count }
+            return CloseReport(uncommitted: uncommitted, error: error)
+        }
     }
 }

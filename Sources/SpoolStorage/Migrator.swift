@@ -22,6 +22,11 @@ package struct Migrator {
     /// Migrates up to `target` (default: the latest). A no-op when already
     /// there.
     ///
+    /// Several processes may open the same file at once (an app and its
+    /// extension on first launch): each step re-reads the version inside its
+    /// own `BEGIN IMMEDIATE` transaction, so a step another process applied
+    /// meanwhile is skipped rather than run twice.
+    ///
     /// - Throws: ``StorageError/schemaTooNew(path:version:latestKnown:)`` before
     ///   touching anything when the database is newer than this library.
     package func migrate(_ connection: Connection, upTo target: Int? = nil) throws {
@@ -32,6 +37,8 @@ package struct Migrator {
         let target = target ?? latestVersion
         for migration in migrations where migration.version > current && migration.version <= target {
             try connection.transaction {
+                // Under the write lock now: another process may have got here first.
+                guard try currentVersion(connection) < migration.version else { return }
                 try connection.execute(migration.sql)
                 try connection.withStatement(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"

@@ -13,6 +13,12 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
     /// The log or database was closed.
     case closed
+    /// The commit holding the event failed (disk full, I/O error); the event
+    /// is still buffered and is retried. Appending it again would store it twice.
+    case notYetCommitted(SQLiteError)
+    /// An append was refused: this many events and bytes wait while commits
+    /// keep failing, the buffer's bound.
+    case bufferFull(events: Int, bytes: Int)
 
     package var description: String {
         switch self {
@@ -23,6 +29,8 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
         case .closed: return "closed"
+        case .notYetCommitted(let error): return "not committed yet (\(error)); still buffered"
+        case .bufferFull(let events, let bytes): return "buffer full: \(events) events, \(bytes) bytes"
         }
     }
 }

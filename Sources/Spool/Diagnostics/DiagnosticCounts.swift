@@ -1,0 +1,13 @@
+/// How often each ``SpoolDiagnostic/Kind`` was reported since the engine was
+/// created, and how many events each concerned.
+public struct DiagnosticCounts: Sendable, Hashable {
+    /// Reports per kind.
+    public internal(set) var occurrences: [SpoolDiagnostic.Kind: Int] = [:]
+    /// Events per kind.
+    public internal(set) var events: [SpoolDiagnostic.Kind: Int] = [:]
+
+    mutating func add(_ diagnostic: SpoolDiagnostic) {
+        occurrences[diagnostic.kind, default: 0] += 1
+        events[diagnostic.kind, default: 0] += diagnostic.eventCount
+    }
+}

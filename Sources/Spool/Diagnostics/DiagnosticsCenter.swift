@@ -1,0 +1,45 @@
+import Dispatch
+import SpoolStorage
+
+/// Where every component reports what it could not return to a caller.
+///
+/// Counts are updated at once; the configured handler and the
+/// ``EventEngine/diagnostics()`` streams are called on the delivery queue, in
+/// order with the events listeners receive, never under a lock.
+final class DiagnosticsCenter: Sendable {
+    private let handler: (@Sendable (SpoolDiagnostic) -> Void)?
+    private let queue: DispatchQueue
+    private let counts = Protected(DiagnosticCounts())
+    private let streams = SubscriptionRegistry<AllDiagnostics, SpoolDiagnostic>()
+
+    private struct AllDiagnostics: Hashable, Sendable {}
+
+    init(handler: (@Sendable (SpoolDiagnostic) -> Void)?, queue: DispatchQueue) {
+        self.handler = handler
+        self.queue = queue
+    }
+
+    func report(_ diagnostic: SpoolDiagnostic) {
+        counts.withLock { $0.add(diagnostic) }
+        queue.async { [handler, streams] in
+            handler?(diagnostic)
+            streams.send(diagnostic, to: AllDiagnostics())
+        }
+    }
+
+    func report(
+        _ kind: SpoolDiagnostic.Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String
+    ) {
+        report(SpoolDiagnostic(kind, eventCount: eventCount, error: error, message))
+    }
+
+    var snapshot: DiagnosticCounts { counts.withLock { $0 } }
+
+    func stream() -> AsyncStream<SpoolDiagnostic> {
+        streams.stream(AllDiagnostics())
+    }
+
+    func finishAll() {
+        streams.finishAll()
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+
+/// Something Spool could not tell a caller directly: a failure that means
+/// lost or stalled data, or the recovery from one.
+///
+/// Every diagnostic reaches ``EngineConfiguration/diagnosticHandler`` and
+/// ``EventEngine/diagnostics()`` on Spool's delivery queue, in order with the
+/// events listeners receive, and is counted in
+/// ``EventEngine/diagnosticCounts``.
+public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
+    /// What happened.
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// A group commit failed (disk full, I/O error). The events stay
+        /// buffered, in order, and are retried with backoff.
+        case commitFailed
+        /// Commits succeed again after failing.
+        case commitRecovered
+        /// The database refused one event for good (a constraint, a value too
+        /// big); the events around it were committed.
+        case eventRejected
+        /// `record` refused an event: the buffer was at its bound while
+        /// commits were failing.
+        case recordRefused
+        /// `close()` could not commit these events; they are lost when the
+        /// process ends.
+        case uncommittedAtClose
+        /// A durable listener's position could not be saved: after a restart
+        /// it receives these events again (at least once).
+        case positionSaveFailed
+        /// A durable listener could not be attached; it receives nothing until
+        /// it is added again.
+        case durableListenerNotAttached
+        /// Another process holds this durable listener id; this process
+        /// delivers nothing to it until that process lets go.
+        case durableListenerHeldElsewhere
+        /// Survey conditions could not be evaluated for these events; no
+        /// trigger was reported for them.
+        case surveyEvaluationFailed
+        /// `session_start` could not be recorded.
+        case sessionStartFailed
+        /// Old history rows could not be pruned; the history keeps them.
+        case historyPruneFailed
+        /// An upload attempt failed; the events stay queued and are retried.
+        case uploadFailed
+        /// The collector refused these events for good; they are in `dead_letters`.
+        case eventsDeadLettered
+    }
+
+    public let kind: Kind
+    /// How many events it concerns (0 when none in particular).
+    public let eventCount: Int
+    /// The underlying error, when there is one.
+    public let error: (any Error)?
+    /// A sentence for logs.
+    public let message: String
+    public let date: Date
+
+    init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String) {
+        self.kind = kind
+        self.eventCount = eventCount
+        self.error = error
+        self.message = message
+        date = Date()
+    }
+
+    public var description: String {
+        var text = "[\(kind.rawValue)] \(message)"
+        if let error { text += ": \(error)" }
+        return text
+    }
+}
