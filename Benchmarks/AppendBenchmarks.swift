@@ -41,7 +41,7 @@ struct AppendBenchmarks {
         for _ in 0..<count { try log.append(Self.record()) }
         try await log.waitUntilAllDurable()
         let elapsed = seconds(since: start)
-        try await log.close()
+        await log.close()
         log.database.close()
         return Double(count) / elapsed
     }
@@ -99,7 +99,7 @@ struct AppendBenchmarks {
             }
             try await log.waitUntilAllDurable()
         }
-        try await log.close()
+        await log.close()
         log.database.close()
         let stats = Samples(values: samples)
         report.add(
@@ -146,7 +146,7 @@ struct AppendBenchmarks {
         let total = try await log.countEvents(after: 0)
         let walBytes =
             (try? FileManager.default.attributesOfItem(atPath: scratch.database.path + "-wal")[.size] as? Int) ?? 0
-        try await log.close()
+        await log.close()
         log.database.close()
         report.add(
             Row(
@@ -210,7 +210,7 @@ struct AppendBenchmarks {
             try await group.waitForAll()
         }
         let rate = Double(callers * each) / seconds(since: start)
-        try await log.close()
+        await log.close()
         log.database.close()
         return rate
     }

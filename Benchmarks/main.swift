@@ -54,7 +54,7 @@ if let phase {
             try await log.waitUntilAllDurable()
             rss("after appending \(chunk) at once")
         }
-        try await log.close()
+        await log.close()
         log.database.close()
     default: fatalError("unknown phase \(phase)")
     }

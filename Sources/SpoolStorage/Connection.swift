@@ -181,14 +181,18 @@ package final class Connection {
     package var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction: committed when it
-    /// returns, rolled back when it throws.
+    /// returns, rolled back when it throws. Called inside a transaction, it
+    /// runs `body` as part of that one (it commits or rolls back with it).
     package func transaction<T>(_ body: () throws -> T) throws -> T {
+        if isInTransaction { return try body() }
         try withStatement("BEGIN IMMEDIATE") { try $0.step() }
         let result: T
         do {
             result = try body()
             try withStatement("COMMIT") { try $0.step() }
         } catch {
+            // try?: a failed ROLLBACK leaves nothing to undo (SQLite already
+            // rolled back, or the connection is gone); the caller gets `error`.
             if isInTransaction { _ = try? withStatement("ROLLBACK") { try $0.step() } }
             throw error
         }

@@ -78,9 +78,10 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.async { body(self.connection) }
     }
 
-    /// Runs `body` on the queue after `delay` seconds.
+    /// Runs `body` on the queue after `delay` seconds; `body` gets nil once
+    /// closed. The wait does not keep this object alive.
     package func asyncAfter(_ delay: TimeInterval, _ body: @escaping @Sendable (Connection?) -> Void) {
-        queue.asyncAfter(deadline: .now() + delay) { body(self.connection) }
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in body(self?.connection) }
     }
 
     /// Runs `body` on the queue and awaits its result.

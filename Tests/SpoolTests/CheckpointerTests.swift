@@ -32,7 +32,7 @@ struct CheckpointerTests {
         // stays near 16 MB (more only while a background pass holds it off).
         #expect(largest < 48 * 1_048_576, "WAL reached \(largest / 1_048_576) MB")
         #expect(try await log.countEvents(after: 0) == 60_000)
-        try await log.close()
+        await log.close()
         log.database.close()
         #expect(!FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal"), "closing removes the WAL")
     }
@@ -62,7 +62,7 @@ struct CheckpointerTests {
         #expect(try reader.scalarInt("SELECT count(*) FROM events") == 10, "the reader kept its snapshot")
         try reader.execute("COMMIT")
         reader.close()
-        try await log.close()
+        await log.close()
         log.database.close()
     }
 }

@@ -26,7 +26,7 @@ struct SQLiteCLITests {
         try await log.waitUntilAllDurable()
         try await log.advanceConsumer("uploader", to: 20)
         try await log.advanceConsumer("listener:crm", to: 5)
-        try await log.close()
+        await log.close()
         log.database.close()
     }
 

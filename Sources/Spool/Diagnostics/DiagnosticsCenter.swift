@@ -43,3 +43,21 @@ final class DiagnosticsCenter: Sendable {
         streams.finishAll()
     }
 }
+
+extension DiagnosticsCenter {
+    /// What the event log could not tell a caller.
+    func report(_ failure: EventLog.Failure) {
+        switch failure {
+        case .commitFailed(let error, let buffered):
+            report(
+                .commitFailed, eventCount: buffered, error: error,
+                "a commit failed; \(buffered) events stay buffered and are retried")
+        case .commitRecovered(let failures):
+            report(.commitRecovered, "commits succeed again after \(failures) failed attempts")
+        case .rowRejected(let error):
+            report(.eventRejected, eventCount: 1, error: error, "the database refused one event; it is not stored")
+        case .appendRefused:
+            report(.recordRefused, eventCount: 1, "an event was refused: the buffer is full while commits fail")
+        }
+    }
+}

@@ -27,9 +27,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// A durable listener's position could not be saved: after a restart
         /// it receives these events again (at least once).
         case positionSaveFailed
-        /// A durable listener could not be attached; it receives nothing until
-        /// it is added again.
-        case durableListenerNotAttached
+        /// A durable listener could not be attached or read its backlog; it is
+        /// tried again on the next event (or the next time it is added).
+        case durableListenerStalled
         /// Another process holds this durable listener id; this process
         /// delivers nothing to it until that process lets go.
         case durableListenerHeldElsewhere

@@ -37,6 +37,15 @@ public struct EngineConfiguration: Sendable {
     /// How long the event history (for survey rules) keeps an occurrence;
     /// older rows are pruned at `start()`. `nil` keeps everything. Default 90 days.
     public var historyRetention: TimeInterval?
+    /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
+    public var writeBuffer: WriteBufferLimit
+    /// Called with every ``SpoolDiagnostic``: failures Spool cannot return to
+    /// a caller (a commit failing on a full disk, a position that could not
+    /// be saved, events `close()` could not commit…) and recoveries. Called
+    /// on Spool's delivery queue, in order with the events listeners
+    /// receive; return quickly. ``EventEngine/diagnostics()`` offers the same
+    /// as an `AsyncSequence`.
+    public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
 
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
@@ -52,8 +61,12 @@ public struct EngineConfiguration: Sendable {
         collectorURL: URL? = nil,
         dispatcher: (any EventDispatcher)? = nil,
         retryPolicy: RetryPolicy = RetryPolicy(),
-        historyRetention: TimeInterval? = 90 * 86_400
+        historyRetention: TimeInterval? = 90 * 86_400,
+        writeBuffer: WriteBufferLimit = .default,
+        diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)? = nil
     ) {
+        self.writeBuffer = writeBuffer
+        self.diagnosticHandler = diagnosticHandler
         self.historyRetention = historyRetention
         self.collectorURL = collectorURL
         self.dispatcher = dispatcher

@@ -1,41 +1,133 @@
+import Foundation
 import SpoolStorage
 
+// MARK: - Durable listeners across processes
+//
+// A durable listener id belongs to one process at a time. The process that
+// attaches it first holds a lease on its consumer row (renewed every
+// `durableLeaseRenewal` while attached, released when it is removed or the
+// engine closes); another process adding the same id delivers nothing to it
+// — it reports `durableListenerHeldElsewhere` and tries again when that lease
+// ends, then resumes from the saved position. A killed holder's lease expires
+// after `durableLeaseDuration`.
+
 extension EventEngine {
+    /// How long a durable listener's lease lasts without renewal.
+    static let durableLeaseDuration: TimeInterval = 60
+    /// How often an attached listener's lease is renewed.
+    static let durableLeaseRenewal: TimeInterval = 20
+
     /// Gives every durable listener its consumer row and starts its catch-up,
     /// and wires later `addDurableObserver` calls to do the same.
     func attachDurableListeners(_ log: EventLog) async throws {
-        let delivery = self.delivery
-        let added: @Sendable (EventObservers.Durable) -> Void = { durable in
-            log.database.async { connection in
-                guard let connection,
-                    let position = try? connection.registerConsumer(durable.consumerID, startingAt: .end)
-                else { return }
-                let missed = (try? connection.takeUnreportedDrops(of: durable.consumerID)) ?? 0
-                let head = (try? connection.headPosition()) ?? position
-                delivery.attach(durable, at: position, head: head, missed: missed)
+        let added: @Sendable (EventObservers.Durable) -> Void = { [weak self] durable in
+            log.database.async { [weak self] connection in
+                guard let self, let connection else { return }
+                self.attach(durable, log: log, connection: connection)
             }
         }
-        let removed: @Sendable (String, Bool) -> Void = { id, forget in
+        let removed: @Sendable (String, Bool) -> Void = { [weak self] id, forget in
             // Through the database queue, so it lands after an attach that
             // an earlier addDurableObserver queued there.
-            log.database.async { connection in
-                delivery.detach(id)
-                guard forget else { return }
-                try? connection?.removeConsumer(EventObservers.Durable.consumerID(for: id))
+            log.database.async { [weak self] connection in
+                guard let self else { return }
+                self.delivery.detach(id)
+                self.heldDurables.withLock { _ = $0.remove(id) }
+                let consumer = EventObservers.Durable.consumerID(for: id)
+                do {
+                    guard let connection else { throw StorageError.closed }
+                    if forget {
+                        try connection.removeConsumer(consumer)
+                    } else {
+                        try connection.releaseLease(consumer, owner: self.leaseOwner)
+                    }
+                } catch {
+                    // A lease left behind expires; a row left behind keeps its
+                    // events until the retention bound: reported, not lost.
+                    self.diagnosticsCenter.report(
+                        .durableListenerStalled, error: SpoolError.bridge(error),
+                        "durable listener \(id) could not be \(forget ? "forgotten" : "released")")
+                }
             }
         }
         events.durableHooks.withLock { $0 = EventObservers.DurableHooks(added: added, removed: removed) }
         for durable in events.durableSnapshot() {
-            let consumer = durable.consumerID
-            try await log.database.run { connection in
-                let position = try connection.registerConsumer(consumer, startingAt: .end)
-                let missed = try connection.takeUnreportedDrops(of: consumer)
-                delivery.attach(durable, at: position, head: try connection.headPosition(), missed: missed)
+            try await SpoolError.bridgingAsync {
+                try await log.database.run { [self] connection in attach(durable, log: log, connection: connection) }
             }
         }
+        renewDurableLeases(log, after: Self.durableLeaseRenewal)
         // Let the catch-ups finish and their positions reach the database
         // queue before start-up appends anything, so the retention bound
         // counts drops from where each listener really is.
         await delivery.drain()
+    }
+
+    /// Takes `durable`'s lease and starts its delivery (on the database
+    /// queue, so every later commit reaches the delivery queue after it).
+    private func attach(_ durable: EventObservers.Durable, log: EventLog, connection: Connection) {
+        log.database.assertOnQueue()
+        // Still wanted? It may have been removed or replaced meanwhile.
+        guard events.durableSnapshot().contains(where: { $0 === durable }) else { return }
+        let consumer = durable.consumerID
+        let owner = leaseOwner
+        do {
+            let attached = try connection.transaction { () -> (position: Int64, head: Int64, missed: Int)? in
+                let position = try connection.registerConsumer(consumer, startingAt: .end)
+                if let lease = try connection.acquireLease(
+                    consumer, owner: owner, now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
+                {
+                    let wait = max(1, min(Self.durableLeaseDuration, lease.expires - Date().timeIntervalSince1970))
+                    diagnosticsCenter.report(
+                        .durableListenerHeldElsewhere,
+                        "durable listener \(durable.id) is attached in another process (\(lease.owner)); "
+                            + "trying again in \(Int(wait.rounded())) s")
+                    log.database.asyncAfter(wait) { [weak self] connection in
+                        guard let self, let connection else { return }
+                        self.attach(durable, log: log, connection: connection)
+                    }
+                    return nil
+                }
+                let missed = try connection.takeUnreportedDrops(of: consumer)
+                return (position, try connection.headPosition(), missed)
+            }
+            guard let attached else { return }
+            heldDurables.withLock { $0.insert(durable.id) }
+            delivery.attach(durable, at: attached.position, head: attached.head, missed: attached.missed)
+        } catch {
+            diagnosticsCenter.report(
+                .durableListenerStalled, error: SpoolError.bridge(error),
+                "durable listener \(durable.id) could not be attached; it is tried again when added again")
+        }
+    }
+
+    /// Renews this engine's durable-listener leases every
+    /// ``durableLeaseRenewal`` until the database closes; a lease found taken
+    /// over (this process was suspended past its expiry) detaches the
+    /// listener here and tries to attach it again later.
+    private func renewDurableLeases(_ log: EventLog, after delay: TimeInterval) {
+        log.database.asyncAfter(delay) { [weak self] connection in
+            guard let self, let connection else { return }
+            let held = self.heldDurables.withLock { $0 }
+            if !held.isEmpty {
+                do {
+                    let renewed = try connection.renewLeases(
+                        owner: self.leaseOwner, prefix: EventObservers.Durable.consumerID(for: ""),
+                        now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
+                    for id in held where !renewed.contains(EventObservers.Durable.consumerID(for: id)) {
+                        self.heldDurables.withLock { _ = $0.remove(id) }
+                        self.delivery.detach(id)
+                        if let durable = self.events.durableSnapshot().first(where: { $0.id == id }) {
+                            self.attach(durable, log: log, connection: connection)
+                        }
+                    }
+                } catch {
+                    self.diagnosticsCenter.report(
+                        .durableListenerStalled, error: SpoolError.bridge(error),
+                        "durable listener leases could not be renewed")
+                }
+            }
+            self.renewDurableLeases(log, after: Self.durableLeaseRenewal)
+        }
     }
 }

@@ -13,33 +13,64 @@ extension EventEngine {
     ///   starts, or dropped by a gate (consent, enabled, session limit). A
     ///   gated event is never stored, delivered or uploaded.
     /// - Throws: ``SpoolError/invalidEvent(_:)`` for a bad name or parameters
-    ///   (nothing else is affected); ``SpoolError/closed`` after `close()`.
+    ///   (nothing else is affected); ``SpoolError/bufferFull(events:bytes:)``
+    ///   when commits keep failing and the buffer is at its bound;
+    ///   ``SpoolError/closed`` after `close()`. A thrown event was not
+    ///   accepted: it will never be stored.
     @discardableResult
     public func record(_ name: String, parameters: [String: EventValue] = [:]) throws -> RecordOutcome {
-        try accept(name, parameters: parameters, onQueuedAppend: nil).outcome
+        try accept(name, parameters: parameters, settle: nil).outcome
     }
 
-    /// Records one event and returns once it is durable (committed), or once it
-    /// was gated.
+    /// Records one event and returns once it is durable (committed), or once
+    /// a gate dropped it.
     ///
     /// An event recorded before a session starts returns when the session
-    /// starts and its commit lands.
+    /// starts and its commit lands; if consent is withdrawn meanwhile it
+    /// returns ``RecordOutcome/droppedOptedOut``.
+    ///
+    /// - Returns: ``RecordOutcome/recorded(id:)`` once committed, or the
+    ///   gate that dropped the event (never stored).
+    /// - Throws: ``SpoolError/stillBuffered(eventID:reason:)`` when the commit
+    ///   failed (disk full): the event was accepted and stays buffered; Spool
+    ///   commits it when the database accepts writes again, so do **not**
+    ///   record it again. Any other error means the event will never be
+    ///   stored: ``SpoolError/invalidEvent(_:)``,
+    ///   ``SpoolError/bufferFull(events:bytes:)``, ``SpoolError/closed``, or a
+    ///   ``SQLiteError`` when the database refused that one row.
     @discardableResult
     public func recordDurably(_ name: String, parameters: [String: EventValue] = [:]) async throws -> RecordOutcome {
-        let waiter = AppendWaiter()
-        let accepted = try accept(name, parameters: parameters, onQueuedAppend: waiter.deliver)
+        let waiter = WaitingOutcomeBox()
+        let accepted = try accept(name, parameters: parameters, settle: waiter.settle)
         switch accepted.outcome {
         case .recorded:
-            if let log = accepted.log, let receipt = accepted.receipt { try await log.waitUntilDurable(receipt) }
+            guard let log = accepted.log, let receipt = accepted.receipt else { return accepted.outcome }
+            try await waitUntilDurable(receipt, in: log)
+            return accepted.outcome
         case .queuedUntilSessionStart:
-            let receipt = try await waiter.value()
-            let log = state.withLock { $0.log }
-            try await log?.waitUntilDurable(receipt)
-            return .recorded(id: receipt.id)
+            switch await waiter.value() {
+            case .appended(let receipt, let log):
+                try await waitUntilDurable(receipt, in: log)
+                return .recorded(id: receipt.id)
+            case .dropped(let outcome):
+                return outcome
+            case .failed(let error):
+                throw error
+            }
         default:
-            break
+            return accepted.outcome
         }
-        return accepted.outcome
+    }
+
+    /// Waits for one receipt, saying in the public error what a failure means.
+    private func waitUntilDurable(_ receipt: AppendReceipt, in log: EventLog) async throws {
+        do {
+            try await log.waitUntilDurable(receipt)
+        } catch StorageError.notYetCommitted(let error) {
+            throw SpoolError.stillBuffered(eventID: receipt.id, reason: error)
+        } catch {
+            throw SpoolError.bridge(error)
+        }
     }
 
     /// The most events held while no session runs.
@@ -55,11 +86,12 @@ extension EventEngine {
         var outcome: RecordOutcome
         var receipt: AppendReceipt?
         var log: EventLog?
+        /// A waiting event that gave way to this one.
+        var displaced: Waiting?
     }
 
     private func accept(
-        _ name: String, parameters: [String: EventValue],
-        onQueuedAppend: (@Sendable (Result<AppendReceipt, any Error>) -> Void)?
+        _ name: String, parameters: [String: EventValue], settle: (@Sendable (WaitingOutcome) -> Void)?
     ) throws -> Accepted {
         // 1. Validation and encoding, outside any lock.
         let json: String
@@ -77,7 +109,7 @@ extension EventEngine {
             addsToHistory: name != Self.heartbeatEventName, attachment: parameters)
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones.
-        return try state.withLock { state in
+        let accepted = try state.withLock { state in
             guard state.phase != .closed else { throw SpoolError.closed }
             guard state.enabled else { return Accepted(outcome: .droppedDisabled) }
             guard state.consent else { return Accepted(outcome: .droppedOptedOut) }
@@ -87,46 +119,53 @@ extension EventEngine {
             }
             guard let log = state.log, let sessionID = state.sessionID else {
                 // Bounded like the log: past it the oldest waiting event gives way.
+                var displaced: Waiting?
                 if state.waiting.count >= waitingLimit {
-                    let dropped = state.waiting.removeFirst()
+                    displaced = state.waiting.removeFirst()
                     state.waitingDropped += 1
-                    let notify = dropped.onAppended
-                    DispatchQueue.global().async { notify?(.failure(SpoolError.droppedWhileWaitingForSession)) }
                 }
-                state.waiting.append(Waiting(record: record, onAppended: onQueuedAppend))
-                return Accepted(outcome: .queuedUntilSessionStart)
+                state.waiting.append(Waiting(record: record, settle: settle))
+                return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
             }
             record.sessionID = sessionID
-            let receipt = try log.append(record)
-            return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
+            do {
+                let receipt = try log.append(record)
+                return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
+            } catch {
+                if !priority, limit != nil { state.sessionCount -= 1 }  // not accepted: it does not count
+                throw SpoolError.bridge(error)
+            }
         }
+        accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
+        return accepted
     }
 }
 
-/// A one-shot hand-off of an append receipt to an awaiting `recordDurably`.
-private final class AppendWaiter: Sendable {
+/// A one-shot hand-off of what became of a waiting event to an awaiting
+/// `recordDurably`.
+private final class WaitingOutcomeBox: Sendable {
     private let state = Protected<
-        (result: Result<AppendReceipt, any Error>?, continuation: CheckedContinuation<AppendReceipt, any Error>?)
+        (outcome: EventEngine.WaitingOutcome?, continuation: CheckedContinuation<EventEngine.WaitingOutcome, Never>?)
     >((nil, nil))
 
-    var deliver: @Sendable (Result<AppendReceipt, any Error>) -> Void {
-        { result in
+    var settle: @Sendable (EventEngine.WaitingOutcome) -> Void {
+        { outcome in
             let continuation = self.state.withLock { state in
                 defer { state.continuation = nil }
-                if state.continuation == nil { state.result = result }
+                if state.continuation == nil && state.outcome == nil { state.outcome = outcome }
                 return state.continuation
             }
-            continuation?.resume(with: result)
+            continuation?.resume(returning: outcome)
         }
     }
 
-    func value() async throws -> AppendReceipt {
-        try await withCheckedThrowingContinuation { continuation in
+    func value() async -> EventEngine.WaitingOutcome {
+        await withCheckedContinuation { continuation in
             let ready = state.withLock { state in
-                if state.result == nil { state.continuation = continuation }
-                return state.result
+                if state.outcome == nil { state.continuation = continuation }
+                return state.outcome
             }
-            if let ready { continuation.resume(with: ready) }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 }

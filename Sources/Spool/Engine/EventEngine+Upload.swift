@@ -14,8 +14,10 @@ extension EventEngine {
     public func flush() async throws {
         guard state.withLock({ $0.phase == .started }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
-        try await settle()
-        try await uploader.flush()
+        try await SpoolError.bridgingAsync {
+            try await settle()
+            try await uploader.flush()
+        }
     }
 
     /// Call when the app enters the background (D9): queued events are
@@ -38,7 +40,7 @@ extension EventEngine {
         guard let uploader = uploaderBox.withLock({ $0 }) else {
             throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
         }
-        return try await uploader.statistics()
+        return try await SpoolError.bridgingAsync { try await uploader.statistics() }
     }
 
     // MARK: - Wiring
@@ -47,13 +49,17 @@ extension EventEngine {
         guard let url = configuration.collectorURL else { return nil }
         let dispatcher = configuration.dispatcher ?? DefaultEventDispatcher()
         let policy = dispatcher as? any BatchingPolicy
-        let settings = Uploader.Settings(
+        let defaults = dispatcher as? DefaultEventDispatcher
+        var settings = Uploader.Settings(
             url: url, batchSize: max(1, policy?.batchSize ?? DefaultEventDispatcher.defaultBatchSize),
             timerInterval: max(0, policy?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval),
             retry: configuration.retryPolicy)
-        let defaults = dispatcher as? DefaultEventDispatcher
+        // The HTTP transport gives up after twice its request timeout.
+        if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }
         let state = self.state
-        let uploader = Uploader(log: log, dispatcher: dispatcher, settings: settings) {
+        let uploader = Uploader(
+            log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter
+        ) {
             state.withLock { $0.consent && $0.enabled }
         }
         try await uploader.start()

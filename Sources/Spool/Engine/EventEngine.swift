@@ -30,7 +30,12 @@ public final class EventEngine: Sendable {
 
     let state: Protected<State>
     package let delivery: DeliveryQueue
+    let diagnosticsCenter: DiagnosticsCenter
     let uploaderBox = Protected<Uploader?>(nil)
+    /// This engine's name in the lease columns (the uploader's, durable listeners').
+    let leaseOwner = LeaseOwner.make()
+    /// Durable listener ids this engine holds the lease of.
+    let heldDurables = Protected<Set<String>>([])
 
     struct State {
         enum Phase { case idle, starting, started, closed }
@@ -43,16 +48,28 @@ public final class EventEngine: Sendable {
         var sessionID: String?
         /// Non-priority events counted toward the current (or upcoming) session.
         var sessionCount = 0
-        /// Events accepted while no session runs, in order (L2), at most
+        /// Events accepted while no session runs, in order, at most
         /// `waitingLimit`.
         var waiting: [Waiting] = []
         var waitingDropped = 0
         var log: EventLog?
     }
 
+    /// An event accepted while no session runs.
     struct Waiting {
         var record: EventRecord
-        var onAppended: (@Sendable (Result<AppendReceipt, any Error>) -> Void)?
+        /// Told what became of it (a `recordDurably` caller waits on this).
+        var settle: (@Sendable (WaitingOutcome) -> Void)?
+    }
+
+    /// What became of an event that waited for a session.
+    enum WaitingOutcome: Sendable {
+        /// Appended to `log` (not necessarily committed yet).
+        case appended(AppendReceipt, EventLog)
+        /// A gate dropped it while it waited; it is never stored.
+        case dropped(RecordOutcome)
+        /// It could not be appended; it is never stored.
+        case failed(any Error)
     }
 
     /// Creates an engine. No I/O happens until ``start()``.
@@ -65,6 +82,9 @@ public final class EventEngine: Sendable {
                 consent: configuration.consent, enabled: configuration.enabled,
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
+        let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
+        let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
+        diagnosticsCenter = diagnostics
         // The survey center records through this engine without holding it.
         let engine = Protected<WeakBox<EventEngine>?>(nil)
         surveys = SurveyCenter(
@@ -73,11 +93,22 @@ public final class EventEngine: Sendable {
                     guard let engine = engine.withLock({ $0?.object }) else { throw SpoolError.closed }
                     return try engine.record(name, parameters: parameters)
                 },
-                database: { state.withLock { $0.log?.database } }))
-        delivery = DeliveryQueue(observers: events) {
+                database: { state.withLock { $0.log?.database } },
+                diagnostics: diagnostics))
+        delivery = DeliveryQueue(queue: deliveryQueue, observers: events, diagnostics: diagnostics) {
             state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
         }
         engine.withLock { $0 = WeakBox(self) }
+    }
+
+    deinit {
+        // Dropped without close(): let go of what the log's handlers hold, so
+        // the log, its database queue and its connections are freed once the
+        // writer has committed what is buffered.
+        if let log = state.withLock({ $0.log }) {
+            log.setCommitHandler(nil)
+            log.setFailureHandler(nil)
+        }
     }
 
     // MARK: - Lifecycle
@@ -100,11 +131,13 @@ public final class EventEngine: Sendable {
         do {
             let configuration = self.configuration
             let database = try await Self.openDatabase(configuration)
-            log = EventLog(database: database)
+            log = EventLog(database: database, limits: configuration.writeBuffer.limits)
             log.setMaximumRetainedEvents(configuration.effectiveRetention)
             if let retention = configuration.historyRetention {
                 let cutoff = Date().timeIntervalSince1970 - retention
-                _ = try await database.run { try $0.pruneHistory(before: cutoff) }
+                _ = try await SpoolError.bridgingAsync {
+                    try await database.run { try $0.pruneHistory(before: cutoff) }
+                }
             }
         } catch {
             state.withLock { $0.phase = .idle }
@@ -112,19 +145,23 @@ public final class EventEngine: Sendable {
         }
         do {
             let uploader = try await startUploader(log)
-            log.setCommitHandler { [delivery] committed in
-                delivery.enqueue(committed)
-                if let uploader { Task { await uploader.committed(committed.count) } }
+            // Weak: the log must not keep the delivery queue or the uploader
+            // (which hold the log) alive.
+            log.setCommitHandler { [weak delivery, weak uploader] committed, head in
+                delivery?.enqueue(committed)
+                uploader?.committed(head: head)
             }
+            log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
             delivery.attach(log, follower: surveys)
             try await attachDurableListeners(log)
         } catch {
             // Leave nothing half-started: the engine can be started again.
             await stopUploader()
             uploaderBox.withLock { $0 = nil }
+            detach(log)
             log.database.close()
             state.withLock { $0.phase = .idle }
-            throw error
+            throw SpoolError.bridge(error)
         }
         let closedMeanwhile = state.withLock { state -> Bool in
             guard state.phase != .closed else { return true }
@@ -135,14 +172,16 @@ public final class EventEngine: Sendable {
         if closedMeanwhile {
             // close() ran while this was opening: close what was opened.
             await stopUploader()
+            detach(log)
             log.database.close()
             throw SpoolError.closed
         }
         startSession()
         // Ready fires once the start-up events (session_start and those
         // recorded before start) are committed and delivered; start() returns
-        // after it fired.
-        try? await log.waitUntilAllDurable()
+        // after it fired. A commit failure here is already reported as a
+        // diagnostic, and the events stay buffered: ready fires regardless.
+        do { try await log.waitUntilAllDurable() } catch {}
         delivery.async { [events] in
             events.registrations.latch(.ready, .ready(at: Date().timeIntervalSince1970))
         }
@@ -162,32 +201,74 @@ public final class EventEngine: Sendable {
         }.value
     }
 
+    /// Gives up every lease this engine holds, so another process sharing
+    /// the file takes over at once rather than when they expire.
+    private func releaseLeases(_ log: EventLog) async {
+        let owner = leaseOwner
+        heldDurables.withLock { $0.removeAll() }
+        do {
+            try await log.database.run { try $0.releaseLeases(owner: owner) }
+        } catch {
+            // Nothing is lost: a lease left behind expires by itself.
+            diagnosticsCenter.report(
+                .durableListenerStalled, error: SpoolError.bridge(error), "leases could not be released at close")
+        }
+    }
+
+    /// Lets go of everything the log's handlers and the delivery queue hold.
+    private func detach(_ log: EventLog) {
+        log.setCommitHandler(nil)
+        log.setFailureHandler(nil)
+        delivery.attach(nil, follower: nil)
+        events.durableHooks.withLock { $0 = nil }
+    }
+
     /// Commits everything accepted, delivers what is committed, saves durable
     /// positions and closes the database. Records after this fail with
     /// ``SpoolError/closed``. Events still waiting for a session are stored
     /// without one.
-    public func close() async {
+    ///
+    /// Events that cannot be committed (the disk is full) are reported as an
+    /// ``SpoolDiagnostic/Kind/uncommittedAtClose`` diagnostic, and returned.
+    ///
+    /// - Returns: how many accepted events could not be committed (0 normally).
+    @discardableResult
+    public func close() async -> Int {
         let (log, waiting) = state.withLock { state -> (EventLog?, [Waiting]) in
             state.phase = .closed
             defer { state.waiting.removeAll() }
             return (state.log, state.waiting)
         }
         guard let log else {
-            for entry in waiting { entry.onAppended?(.failure(SpoolError.closed)) }
+            for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
             events.finishAll()
-            return
+            surveys.finishAll()
+            diagnosticsCenter.finishAll()
+            return 0
         }
         for var entry in waiting {
             entry.record.sessionID = nil
-            let result = Result { try log.append(entry.record) }
-            entry.onAppended?(result)
+            do {
+                entry.settle?(.appended(try log.append(entry.record), log))
+            } catch {
+                entry.settle?(.failed(SpoolError.bridge(error)))
+            }
         }
         await stopUploader()
-        try? await log.close()
+        let report = await log.close()
+        if report.uncommitted > 0 {
+            diagnosticsCenter.report(
+                .uncommittedAtClose, eventCount: report.uncommitted, error: report.error.map(SpoolError.bridge),
+                "\(report.uncommitted) accepted events could not be committed before the database closed")
+        }
         await delivery.drain()
+        await releaseLeases(log)
+        detach(log)
         events.finishAll()
         surveys.finishAll()
+        diagnosticsCenter.finishAll()
         log.database.close()
+        return report.uncommitted
     }
 
     /// Returns once every event accepted so far is committed and delivered,
@@ -202,6 +283,20 @@ public final class EventEngine: Sendable {
         }
     }
 
+    // MARK: - Diagnostics
+
+    /// Every diagnostic from now on, as an `AsyncSequence` (on the delivery
+    /// queue, in order with events); it ends when the engine closes.
+    public func diagnostics() -> AsyncStream<SpoolDiagnostic> {
+        diagnosticsCenter.stream()
+    }
+
+    /// How often each kind of diagnostic was reported, and for how many
+    /// events, since the engine was created.
+    public var diagnosticCounts: DiagnosticCounts {
+        diagnosticsCenter.snapshot
+    }
+
     // MARK: - Sessions
 
     /// Starts a new session (ending the current one, if any): records
@@ -212,27 +307,41 @@ public final class EventEngine: Sendable {
         let sessionID = EventID.make(
             milliseconds: UInt64(Date().timeIntervalSince1970 * 1000), random: UInt64.random(in: 0...UInt64.max),
             UInt64.random(in: 0...UInt64.max))
-        let notify = state.withLock { state -> [(Waiting, Result<AppendReceipt, any Error>)] in
-            guard state.phase == .started, let log = state.log else { return [] }
+        let (notify, sessionStartError) = state.withLock {
+            state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
+            guard state.phase == .started, let log = state.log else { return ([], nil) }
             if state.sessionID != nil { state.sessionCount = 0 }
             state.sessionID = sessionID
-            var notify: [(Waiting, Result<AppendReceipt, any Error>)] = []
+            var notify: [(Waiting, WaitingOutcome)] = []
+            var sessionStartError: (any Error)?
             if state.enabled && state.consent {
-                _ = try? log.append(
-                    EventRecord(
-                        name: Self.sessionStartEventName, parametersJSON: "{}",
-                        recordedAt: Date().timeIntervalSince1970,
-                        sessionID: sessionID, priority: true, addsToHistory: true))
+                do {
+                    try log.append(
+                        EventRecord(
+                            name: Self.sessionStartEventName, parametersJSON: "{}",
+                            recordedAt: Date().timeIntervalSince1970,
+                            sessionID: sessionID, priority: true, addsToHistory: true))
+                } catch {
+                    sessionStartError = SpoolError.bridge(error)
+                }
             }
             for var entry in state.waiting {
                 entry.record.sessionID = sessionID
-                let result = Result { try log.append(entry.record) }
-                if entry.onAppended != nil { notify.append((entry, result)) }
+                let outcome: WaitingOutcome
+                do {
+                    outcome = .appended(try log.append(entry.record), log)
+                } catch {
+                    outcome = .failed(SpoolError.bridge(error))
+                }
+                if entry.settle != nil { notify.append((entry, outcome)) }
             }
             state.waiting.removeAll()
-            return notify
+            return (notify, sessionStartError)
         }
-        for (entry, result) in notify { entry.onAppended?(result) }
+        if let sessionStartError {
+            diagnosticsCenter.report(.sessionStartFailed, error: sessionStartError, "session_start was not recorded")
+        }
+        for (entry, outcome) in notify { entry.settle?(outcome) }
     }
 
     /// Ends the current session. Events recorded until the next
@@ -254,10 +363,13 @@ public final class EventEngine: Sendable {
     /// The user's data-collection consent (L3). While false, nothing is
     /// recorded or delivered; events waiting for a session are discarded.
     public func setConsent(_ consent: Bool) {
-        state.withLock { state in
+        let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent
-            if !consent { state.waiting.removeAll() }
+            guard !consent else { return [] }
+            defer { state.waiting.removeAll() }
+            return state.waiting
         }
+        for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
     }
 
     /// Turns recording on or off (L3). While off, `record` drops events.

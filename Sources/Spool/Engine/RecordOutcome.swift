@@ -2,14 +2,17 @@
 public enum RecordOutcome: Sendable, Hashable {
     /// Accepted and appended to the log under this event id.
     case recorded(id: String)
-    /// Accepted and held in order until a session starts (L2).
+    /// Accepted and held in order until a session starts.
     case queuedUntilSessionStart
-    /// Dropped: the user opted out of data collection (L3).
+    /// Dropped: the user opted out of data collection.
     case droppedOptedOut
-    /// Dropped: the engine is disabled (L3).
+    /// Dropped: the engine is disabled.
     case droppedDisabled
-    /// Dropped: the session's event limit was reached (L12).
+    /// Dropped: the session's event limit was reached.
     case droppedSessionLimit
+    /// Dropped while waiting for a session: more events waited than the log
+    /// keeps, and newer ones pushed it out (the oldest give way).
+    case droppedWhileWaitingForSession
 
     /// True when the event will be stored.
     public var isAccepted: Bool {

@@ -22,9 +22,14 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidEvent(EventValidationError)
     /// A configuration value is out of range.
     case invalidConfiguration(String)
-    /// The event waited for a session longer than the waiting queue could
-    /// hold it: newer events pushed it out (the queue keeps the newest).
-    case droppedWhileWaitingForSession
+    /// The commit holding this accepted event failed (the disk is full, an
+    /// I/O error). The event is still buffered and Spool commits it when the
+    /// database accepts writes again: do not record it again.
+    case stillBuffered(eventID: String, reason: SQLiteError)
+    /// The event was not accepted: this many events (and bytes) already wait
+    /// for the writer while commits keep failing, the configured bound
+    /// (``EngineConfiguration/writeBuffer``).
+    case bufferFull(events: Int, bytes: Int)
 
     public var description: String {
         switch self {
@@ -45,8 +50,12 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
             return "Invalid event: \(reason)"
         case .invalidConfiguration(let reason):
             return "Invalid configuration: \(reason)"
-        case .droppedWhileWaitingForSession:
-            return "The event was dropped while waiting for a session: newer events filled the waiting queue"
+        case .stillBuffered(let id, let reason):
+            return
+                "Event \(id) is accepted but not committed yet (\(reason)); it stays buffered and is retried — do not record it again"
+        case .bufferFull(let events, let bytes):
+            return
+                "The event was not accepted: \(events) events (\(bytes) bytes) already wait while commits keep failing"
         }
     }
 }
@@ -66,6 +75,8 @@ extension SpoolError {
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return SpoolError.pragmaNotApplied(path: path, pragma: pragma, expected: expected, actual: actual)
         case .closed: return SpoolError.closed
+        case .bufferFull(let events, let bytes): return SpoolError.bufferFull(events: events, bytes: bytes)
+        case .notYetCommitted(let error): return error
         }
     }
 

@@ -20,8 +20,9 @@ protocol DeliveryFollower: Sendable {
 package final class DeliveryQueue: @unchecked Sendable {
     // Safe: `durables`, `log` and `follower` are only touched on `queue`
     // (each entry point checks with dispatchPrecondition).
-    private let queue = DispatchQueue(label: "spool.delivery", qos: .utility)
+    private let queue: DispatchQueue
     private let observers: EventObservers
+    private let diagnostics: DiagnosticsCenter
     private let policy: @Sendable () -> DeliveryPolicy
     private var durables: [String: DurableState] = [:]
     private var log: EventLog?
@@ -49,8 +50,15 @@ package final class DeliveryQueue: @unchecked Sendable {
     /// How many stored events one catch-up read fetches.
     static let catchUpPage = 256
 
-    init(observers: EventObservers, policy: @escaping @Sendable () -> DeliveryPolicy) {
+    /// - Parameter queue: a serial queue of its own; diagnostics are reported
+    ///   on it too, in order with deliveries.
+    init(
+        queue: DispatchQueue, observers: EventObservers, diagnostics: DiagnosticsCenter,
+        policy: @escaping @Sendable () -> DeliveryPolicy
+    ) {
+        self.queue = queue
         self.observers = observers
+        self.diagnostics = diagnostics
         self.policy = policy
     }
 
@@ -150,7 +158,11 @@ package final class DeliveryQueue: @unchecked Sendable {
             do {
                 page = try log.database.sync { try $0.readEvents(after: after, limit: Self.catchUpPage) }
             } catch {
-                return  // closed or failing: the position stays, the events are retried next time
+                // The position stays: the next event (or attach) tries again.
+                diagnostics.report(
+                    .durableListenerStalled, error: error,
+                    "durable listener \(state.durable.id) could not read the events after \(after)")
+                return
             }
             let events = limit.map { limit in page.filter { $0.seq < limit } } ?? page
             if let first = events.first, first.seq > after + 1 {
@@ -178,6 +190,8 @@ package final class DeliveryQueue: @unchecked Sendable {
     private func reportMissed(_ count: Int, to durable: EventObservers.Durable) {
         durable.onMissed?(count)
         let consumer = durable.consumerID
+        // try?: if marking fails, the listener may be told of these drops once
+        // more at its next attach; no event is lost or held back by it.
         log?.database.async { connection in try? connection?.markDropsReported(of: consumer) }
     }
 
@@ -193,11 +207,20 @@ package final class DeliveryQueue: @unchecked Sendable {
         guard let log else { return }
         for (id, state) in durables where state.deliveredThrough > state.savedThrough {
             let consumer = state.durable.consumerID
-            let position = state.deliveredThrough
-            log.database.async { connection in
-                _ = try? connection?.transaction {
-                    try connection?.advanceConsumerInTransaction(consumer, to: position)
-                    try connection?.markDropsReported(of: consumer)
+            let (saved, position) = (state.savedThrough, state.deliveredThrough)
+            log.database.async { [diagnostics] connection in
+                do {
+                    guard let connection else { throw StorageError.closed }
+                    try connection.transaction {
+                        try connection.advanceConsumerInTransaction(consumer, to: position)
+                        try connection.markDropsReported(of: consumer)
+                    }
+                } catch {
+                    // The next save covers these too; until then a restart
+                    // delivers them again (at least once).
+                    diagnostics.report(
+                        .positionSaveFailed, eventCount: Int(clamping: position - saved), error: error,
+                        "durable listener \(id) could not save its position \(position)")
                 }
             }
             durables[id]?.savedThrough = position

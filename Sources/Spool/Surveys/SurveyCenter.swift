@@ -35,6 +35,7 @@ public final class SurveyCenter: Sendable {
     struct Context: Sendable {
         var record: @Sendable (_ name: String, _ parameters: [String: EventValue]) throws -> RecordOutcome
         var database: @Sendable () -> DatabaseQueue?
+        var diagnostics: DiagnosticsCenter
     }
 
     private let state = Protected(State())
@@ -180,12 +181,20 @@ extension SurveyCenter: DeliveryFollower {
         var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
         if candidates.contains(where: { $0.contains { $0.conditions != .always } }), let database = context.database() {
             let times = events.map(\.stored.recordedAt)
-            let evaluated = try? database.sync { connection in
-                try zip(candidates, times).map { surveys, now in
-                    try surveys.map { try $0.conditions == .always || $0.conditions.holds(at: now, in: connection) }
+            do {
+                verdicts = try database.sync { connection in
+                    try zip(candidates, times).map { surveys, now in
+                        try surveys.map {
+                            try $0.conditions == .always || $0.conditions.holds(at: now, in: connection)
+                        }
+                    }
                 }
+            } catch {
+                // No condition could be checked: only unconditional surveys trigger.
+                context.diagnostics.report(
+                    .surveyEvaluationFailed, eventCount: events.count, error: error,
+                    "survey conditions could not be evaluated")
             }
-            verdicts = evaluated ?? verdicts.map { $0.map { _ in false } }
         }
         for (index, event) in events.enumerated() where verdicts[index].contains(true) {
             let recorded = RecordedEvent(event.stored, parameters: event.deliveredParameters)

@@ -5,11 +5,17 @@ import SpoolStorage
 /// that builds batches, hands them to the dispatcher and acts on the outcome.
 ///
 /// Flushes happen when the pending count reaches `batchSize`, when the timer
-/// fires (a Swift concurrency sleep, no run loop), on `flush()` and on
-/// entering background (P2, D9). One flush runs at a time; a flush requested
-/// meanwhile runs right after, never lost, never concurrent. After a retryable
-/// failure, automatic triggers wait for the backoff; an explicit `flush()`
-/// tries at once.
+/// fires, on `flush()` and on entering background. One flush runs at a time;
+/// a flush requested meanwhile runs right after, never lost, never
+/// concurrent. After a retryable failure, automatic triggers wait for the
+/// backoff; an explicit `flush()` tries at once.
+///
+/// Several processes may share the database (an app and its extensions):
+/// each batch is read, and each success saved, inside a transaction that
+/// also takes or renews the uploader's lease, and the position always comes
+/// from the database. Only the lease holder uploads, so an event the collector
+/// accepted is never sent again by another process; a lease outlives the
+/// longest request, and a killed holder's lease expires.
 actor Uploader {
     static let consumerID = "uploader"
 
@@ -19,15 +25,32 @@ actor Uploader {
         var timerInterval: TimeInterval
         var retry: RetryPolicy
         var maximumBodyBytes = UploadBody.maximumBytes
+        /// A dispatcher that has not answered after this long has failed (its
+        /// late answer is ignored).
+        var dispatchTimeout: TimeInterval = 60
+
+        /// How long a lease lasts: longer than any request, so a live holder
+        /// never loses it mid-request.
+        var leaseDuration: TimeInterval { dispatchTimeout + 30 }
+    }
+
+    /// Pending counts the commit handler reads without hopping onto the actor.
+    private struct Signals {
+        var position: Int64 = 0
+        var head: Int64 = 0
+        var flushRequested = false
+        var pending: Int64 { max(0, head - position) }
     }
 
     private let log: EventLog
     private let dispatcher: any EventDispatcher
     private let settings: Settings
     private let isAllowed: @Sendable () -> Bool
+    private let diagnostics: DiagnosticsCenter
+    /// The engine's name in the lease column.
+    private let owner: String
+    private nonisolated let signals = Protected(Signals())
 
-    private var position: Int64 = 0
-    private var pending = 0
     private var running = false
     private var rerun = false
     private var rerunForced = false
@@ -47,28 +70,36 @@ actor Uploader {
         log.database.executor.asUnownedSerialExecutor()
     }
 
-    init(log: EventLog, dispatcher: any EventDispatcher, settings: Settings, isAllowed: @escaping @Sendable () -> Bool)
-    {
+    init(
+        log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
+        diagnostics: DiagnosticsCenter, isAllowed: @escaping @Sendable () -> Bool
+    ) {
+        self.owner = owner
         self.log = log
         self.dispatcher = dispatcher
         self.settings = settings
+        self.diagnostics = diagnostics
         self.isAllowed = isAllowed
     }
 
-    /// Registers the consumer, counts what is pending from earlier runs and
-    /// starts the timer.
+    /// Registers the consumer, derives what is pending from positions (no
+    /// count over the log, however long) and starts the timer.
     func start() async throws {
-        let (position, pending) = try log.database.onQueue { connection in
-            let position = try connection.registerConsumer(Self.consumerID, startingAt: .oldest)
-            return (position, try connection.countEvents(after: position))
+        let (position, head) = try log.database.onQueue { connection in
+            (try connection.registerConsumer(Self.consumerID, startingAt: .oldest), try connection.headPosition())
         }
-        self.position = position
-        self.pending = pending
+        let pending = signals.withLock { signals in
+            signals.position = position
+            signals.head = head
+            return signals.pending
+        }
         if settings.timerInterval > 0 {
             let interval = settings.timerInterval
+            // A task, not structured work: the timer lives as long as the
+            // uploader, and Task.sleep is the portable timer without a run loop.
             timerTask = Task { [weak self] in
                 while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: Self.nanoseconds(interval))
+                    try? await Task.sleep(nanoseconds: Self.nanoseconds(interval))  // try?: cancelled means stop
                     guard !Task.isCancelled else { return }
                     await self?.timerFired()
                 }
@@ -77,26 +108,41 @@ actor Uploader {
         if pending > 0 && (pending >= settings.batchSize || settings.timerInterval == 0) { trigger(force: false) }
     }
 
-    /// Stops the timer and retries. An upload in flight may still finish; if
-    /// its result cannot be saved, its events are sent again next launch.
-    func stop() {
+    /// Stops the timer and retries, and gives up the lease unless a request
+    /// is in flight (its answer is then ignored: its events are sent again by
+    /// whoever uploads next, at least once).
+    func stop() async {
         closed = true
         timerTask?.cancel()
         retryTask?.cancel()
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
         waiting.removeAll()
+        guard !running else { return }
+        let owner = self.owner
+        // try?: a lease left behind expires by itself; nothing is lost.
+        try? log.database.onQueue { try $0.releaseLease(Self.consumerID, owner: owner) }
     }
 
     // MARK: - Triggers
 
-    /// `count` events were committed.
-    func committed(_ count: Int) {
-        pending += count
-        if settings.timerInterval == 0 || pending >= settings.batchSize { trigger(force: false) }
+    /// The writer committed up to `head` (called on the database queue, for
+    /// every commit): starts a flush once `batchSize` events are pending.
+    nonisolated func committed(head: Int64) {
+        let due = signals.withLock { signals -> Bool in
+            signals.head = max(signals.head, head)
+            guard !signals.flushRequested else { return false }
+            guard signals.pending >= settings.batchSize || (settings.timerInterval == 0 && signals.pending > 0)
+            else { return false }
+            signals.flushRequested = true
+            return true
+        }
+        // A task only when a flush is due, not per commit: the one way from
+        // the writer's synchronous handler onto the actor.
+        if due { Task { await self.trigger(force: false) } }
     }
 
     private func timerFired() {
-        if pending > 0 { trigger(force: false) }
+        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// Entering background, the dispatcher's `flushEvents()`, or a host's
@@ -115,7 +161,8 @@ actor Uploader {
     /// Uploads everything pending now, ignoring any backoff wait.
     ///
     /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
-    ///   take it all; the rest stays queued and is retried with backoff.
+    ///   take it all (the rest stays queued and is retried with backoff), or
+    ///   when another process holds the upload lease (it uploads them).
     func flush() async throws {
         guard !closed else { throw SpoolError.closed }
         try await withCheckedThrowingContinuation { continuation in
@@ -125,6 +172,7 @@ actor Uploader {
     }
 
     private func trigger(force: Bool) {
+        signals.withLock { $0.flushRequested = false }
         guard !closed else { return }
         if running {
             rerun = true
@@ -132,6 +180,7 @@ actor Uploader {
             return
         }
         running = true
+        // A task so the caller (a commit, a timer) never waits for the network.
         Task { await self.run(force: force) }
     }
 
@@ -158,47 +207,72 @@ actor Uploader {
 
     // MARK: - A flush pass
 
+    /// What one read under the lease found.
+    private enum Step {
+        case batch(UploadBatch)
+        case empty
+        case heldElsewhere(ConsumerLease)
+    }
+
     private func drain(force: Bool) async throws {
-        // Each database call saves the previous batch's success and reads the
-        // next batch, in one hop.
+        // Each database call saves the previous batch's success, renews the
+        // lease and reads the next batch, in one transaction.
         var uploadedThrough: Int64?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
-            let batch = try await advanceAndRead(through: uploadedThrough)
+            let step = try saveAndRead(through: uploadedThrough)
             uploadedThrough = nil
-            guard let batch else {
-                pending = 0
+            switch step {
+            case .empty:
                 return
+            case .heldElsewhere(let lease):
+                retryWhenFree(lease)
+                throw UploadError.retryable("another process (\(lease.owner)) is uploading")
+            case .batch(let batch):
+                if try await send(batch) { uploadedThrough = batch.last }
             }
-            if try await send(batch) { uploadedThrough = batch.last }
         }
-        if let through = uploadedThrough {
-            uploadedThrough = nil
-            _ = try await advanceAndRead(through: through, read: false)
-        }
+        if let through = uploadedThrough { _ = try saveAndRead(through: through, read: false) }
     }
 
-    /// Saves the uploader's position at `through` (deleting the prefix every
-    /// consumer finished) and reads the next batch, in one database call.
-    private func advanceAndRead(through: Int64?, read: Bool = true) async throws -> UploadBatch? {
-        let (limit, maximumBytes, after) = (settings.batchSize, settings.maximumBodyBytes, max(position, through ?? 0))
-        let consumer = Self.consumerID
-        let batch = try log.database.onQueue { connection -> UploadBatch? in
-            guard let through else {
-                return read
-                    ? try UploadBatch.read(after: after, limit: limit, maximumBytes: maximumBytes, from: connection)
-                    : nil
-            }
-            return try connection.transaction {
-                try connection.advanceConsumerInTransaction(consumer, to: through)
-                return read
-                    ? try UploadBatch.read(after: after, limit: limit, maximumBytes: maximumBytes, from: connection)
-                    : nil
+    /// In one transaction: saves the uploader's position at `through`
+    /// (deleting the prefix every consumer finished), takes or renews the
+    /// lease, and reads the next batch after the position *in the database*.
+    /// With nothing left to send the lease is given up.
+    private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
+        let (consumer, owner, settings) = (Self.consumerID, self.owner, self.settings)
+        let (step, position, head) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64) in
+                if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
+                let position = try connection.position(of: consumer) ?? 0
+                let head = try connection.headPosition()
+                guard read else {
+                    try connection.releaseLease(consumer, owner: owner)
+                    return (.empty, position, head)
+                }
+                let now = Date().timeIntervalSince1970
+                if let lease = try connection.acquireLease(
+                    consumer, owner: owner, now: now, duration: settings.leaseDuration)
+                {
+                    return (.heldElsewhere(lease), position, head)
+                }
+                guard
+                    let batch = try UploadBatch.read(
+                        after: position, limit: settings.batchSize, maximumBytes: settings.maximumBodyBytes,
+                        from: connection)
+                else {
+                    try connection.releaseLease(consumer, owner: owner)
+                    return (.empty, position, head)
+                }
+                return (.batch(batch), position, head)
             }
         }
-        if let through { position = max(position, through) }
-        return batch
+        signals.withLock { signals in
+            signals.position = position
+            signals.head = max(signals.head, head)
+        }
+        return step
     }
 
     /// Sends one batch and acts on the outcome.
@@ -213,20 +287,25 @@ actor Uploader {
         switch outcome {
         case .response(let status, _, _) where (200..<300).contains(status):
             counters.uploaded += batch.count
-            pending = max(0, pending - batch.count)
             failures = 0
             retryAt = nil
             lastFailure = nil
             return true
-        case .response(let status, let retryAfter, let message) where status >= 500 || status == 429 || status == 408:
-            try backOff("HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: retryAfter)
+        case .response(let status, _, let message) where (300..<400).contains(status):
+            // A redirect is never success and never a reason to give up on
+            // the events: keep them and try again later.
+            try backOff("HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: nil, events: batch.count)
+        case .response(let status, let retryAfter, let message)
+        where status >= 500 || status == 429 || status == 408 || status < 200:
+            try backOff(
+                "HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: retryAfter, events: batch.count)
         case .transportFailure(let reason):
-            try backOff(reason, retryAfter: nil)
+            try backOff(reason, retryAfter: nil, events: batch.count)
         case .response(let status, _, let message) where status == 413 || status == 400:
             // Too large, or something in it is refused: split to isolate.
             counters.failedRequests += 1
             if batch.count == 1 {
-                try await deadLetter(after: batch.first - 1, count: 1, status: status, message: message)
+                try deadLetter(after: batch.first - 1, count: 1, status: status, message: message)
             } else {
                 let half = batch.count / 2
                 try await sendRange(after: batch.first - 1, count: half)
@@ -234,9 +313,9 @@ actor Uploader {
             }
             return false
         case .response(let status, _, let message):
-            // Other 4xx (and anything unexpected): the collector will never take these.
+            // Other 4xx: the collector will never take these.
             counters.failedRequests += 1
-            try await deadLetter(after: batch.first - 1, count: batch.count, status: status, message: message)
+            try deadLetter(after: batch.first - 1, count: batch.count, status: status, message: message)
             return false
         }
     }
@@ -247,8 +326,7 @@ actor Uploader {
         var after = position
         var remaining = count
         while remaining > 0 {
-            let start = after
-            let limit = remaining
+            let (start, limit) = (after, remaining)
             guard
                 let batch = try log.database.onQueue({
                     try UploadBatch.read(after: start, limit: limit, maximumBytes: maximumBytes, from: $0)
@@ -257,28 +335,36 @@ actor Uploader {
             if try await send(batch) {
                 let last = batch.last
                 _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
-                self.position = max(self.position, last)
+                signals.withLock { $0.position = max($0.position, last) }
             }
             after = batch.last
             remaining -= batch.count
         }
     }
 
+    /// Calls the dispatcher and waits for its one answer, at most
+    /// `dispatchTimeout` (a later answer is ignored: the lease must outlive
+    /// every request).
     private func dispatch(_ event: EventForDispatch) async -> DispatchOutcome {
-        await withCheckedContinuation { continuation in
+        let timeout = settings.dispatchTimeout
+        return await withCheckedContinuation { continuation in
             let once = Protected(false)
-            dispatcher.dispatchEvent(event: event) { outcome in
-                // A dispatcher must call once; tolerate one that calls twice.
-                let first = once.withLock { called in
-                    defer { called = true }
-                    return !called
+            let finish: @Sendable (DispatchOutcome) -> Void = { outcome in
+                // A dispatcher must answer once; tolerate one that answers twice.
+                let first = once.withLock { answered in
+                    defer { answered = true }
+                    return !answered
                 }
                 if first { continuation.resume(returning: outcome) }
             }
+            log.database.asyncAfter(timeout) { _ in
+                finish(.transportFailure("no answer from the dispatcher within \(Int(timeout)) s"))
+            }
+            dispatcher.dispatchEvent(event: event, completionHandler: finish)
         }
     }
 
-    private func deadLetter(after start: Int64, count: Int, status: Int, message: String?) async throws {
+    private func deadLetter(after start: Int64, count: Int, status: Int, message: String?) throws {
         let reason =
             "HTTP \(status)" + (message.map { ": " + $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "")
         let consumer = Self.consumerID
@@ -287,28 +373,43 @@ actor Uploader {
             try connection.deadLetter(events, status: status, reason: reason, consumer: consumer)
             return events.last?.seq
         }
-        position = max(position, last ?? position)
-        pending = max(0, pending - count)
+        if let last { signals.withLock { $0.position = max($0.position, last) } }
+        diagnostics.report(.eventsDeadLettered, eventCount: count, "the collector refused \(count) events: \(reason)")
     }
 
-    private func backOff(_ reason: String, retryAfter: TimeInterval?) throws -> Never {
+    private func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
         counters.failedRequests += 1
         failures += 1
         lastFailure = reason
         let delay = settings.retry.delay(attempt: failures, retryAfter: retryAfter, random: &random)
-        retryAt = Date().addingTimeInterval(delay)
+        scheduleRetry(after: delay)
+        diagnostics.report(
+            .uploadFailed, eventCount: events,
+            "an upload failed (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
+        throw UploadError.retryable(reason)
+    }
+
+    /// Another process holds the lease: try again once it expires.
+    private func retryWhenFree(_ lease: ConsumerLease) {
+        let delay = max(1, min(settings.leaseDuration, lease.expires - Date().timeIntervalSince1970))
+        scheduleRetry(after: delay, keepBackoff: true)
+    }
+
+    private func scheduleRetry(after delay: TimeInterval, keepBackoff: Bool = false) {
+        if !keepBackoff { retryAt = Date().addingTimeInterval(delay) }
         retryTask?.cancel()
+        // A task, not structured work: the retry outlives the flush that
+        // failed, and is cancelled by the next one or by stop().
         retryTask = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: Self.nanoseconds(delay))
+            try? await Task.sleep(nanoseconds: Self.nanoseconds(delay))  // try?: cancelled means no retry
             guard !Task.isCancelled else { return }
             await self?.retryDue()
         }
-        throw UploadError.retryable(reason)
     }
 
     private func retryDue() {
         retryAt = nil
-        if pending > 0 { trigger(force: false) }
+        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// `seconds` as whole nanoseconds for `Task.sleep`, saturating instead of
@@ -321,17 +422,18 @@ actor Uploader {
 
     // MARK: - Statistics
 
-    func statistics() async throws -> UploadStatistics {
-        let (dropped, deadLettered, pending) = try log.database.onQueue { connection in
+    func statistics() throws -> UploadStatistics {
+        let (dropped, deadLettered, position, head) = try log.database.onQueue { connection in
             (
                 try connection.droppedCount(of: Self.consumerID),
                 try connection.deadLetterCount(),
-                try connection.countEvents(after: connection.position(of: Self.consumerID) ?? 0)
+                try connection.position(of: Self.consumerID) ?? 0,
+                try connection.headPosition()
             )
         }
         return UploadStatistics(
-            pending: pending, dropped: dropped, deadLettered: deadLettered, uploaded: counters.uploaded,
-            requests: counters.requests, failedRequests: counters.failedRequests, lastFailure: lastFailure,
-            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) })
+            pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
+            uploaded: counters.uploaded, requests: counters.requests, failedRequests: counters.failedRequests,
+            lastFailure: lastFailure, nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) })
     }
 }
