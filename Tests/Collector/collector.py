@@ -3,17 +3,22 @@
 
     python3 collector.py --log FILE [--port N]
 
-Prints "PORT <n>" once listening on 127.0.0.1. Every request to a path other
-than /_control is answered according to the current mode and appended to FILE
-as one JSON line: {"t": seconds, "status": code or null, "bytes": n,
-"ids": [event ids], "body": parsed body or null}. The log survives restarts,
-so a test can stop the collector ("down") and start it again on the same port.
+Prints "PORT <n>" once listening on 127.0.0.1. Every request (any method, any
+path other than POST /_control) is answered according to the current mode and
+appended to FILE as one JSON line: {"t": seconds, "status": code or null,
+"bytes": n, "ids": [event ids], "body": parsed body or null, "raw": base64 body,
+"method": "POST", "path": "/collect", "content_type": header or null}. The log
+survives restarts, so a test can stop the collector ("down") and start it again
+on the same port.
 
 POST /_control with a JSON object changes the behaviour:
-    {"mode": "ok" | "status" | "hang" | "reset",
-     "status": 500,            # with mode "status": answer this code
-     "retry_after": "2",       # Retry-After header with that answer
+    {"mode": "ok" | "status" | "redirect" | "hang" | "reset",
+     "status": 500,            # with mode "status" or "redirect": answer this code
+     "retry_after": "2",       # Retry-After header with a "status" or "path_status" answer
+     "location": "http://...", # Location header with a "redirect" answer (null: none)
      "times": 3,               # apply the mode to the next N requests only, then "ok"
+     "path_status": {"/other": 503},  # requests to these paths get this status,
+                               # whatever the mode, without counting towards "times"
      "reject_ids": [...],      # answer 400 to any batch holding one of these ids
      "max_bytes": 1000,        # answer 413 to bodies larger than this
      "hang_seconds": 5}
@@ -30,7 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 lock = threading.Lock()
 state = {"mode": "ok", "status": 500, "retry_after": None, "times": None,
-         "reject_ids": set(), "max_bytes": None, "hang_seconds": 5}
+         "reject_ids": set(), "max_bytes": None, "hang_seconds": 5, "location": None,
+         "path_status": {}}
 log_path = None
 
 
@@ -61,10 +67,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_POST(self):
+    def serve(self):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path == "/_control":
+        if self.command == "POST" and self.path == "/_control":
             update = json.loads(raw or b"{}")
             with lock:
                 if "reject_ids" in update:
@@ -73,8 +79,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(200, b"ok")
 
         with lock:
+            path_status = state["path_status"].get(self.path)
             mode = state["mode"]
-            if state["times"] is not None:
+            if path_status is not None:
+                pass  # a fixed answer for this path; "times" is for the mode
+            elif state["times"] is not None:
                 if state["times"] <= 0:
                     mode = state["mode"] = "ok"
                     state["times"] = None
@@ -85,6 +94,7 @@ class Handler(BaseHTTPRequestHandler):
             status = state["status"]
             retry_after = state["retry_after"]
             hang = state["hang_seconds"]
+            location = state["location"]
         try:
             body = json.loads(raw)
             ids = [event.get("id") for event in body.get("events", [])]
@@ -94,6 +104,11 @@ class Handler(BaseHTTPRequestHandler):
                  "raw": base64.b64encode(raw).decode(), "method": self.command,
                  "content_type": self.headers.get("Content-Type"), "path": self.path}
 
+        if path_status is not None:
+            entry["status"] = path_status
+            record(entry)
+            headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+            return self.answer(path_status, b"path status", headers)
         if mode == "reset":
             entry["status"] = None
             record(entry)
@@ -117,6 +132,11 @@ class Handler(BaseHTTPRequestHandler):
             entry["status"] = 400
             record(entry)
             return self.answer(400, ("rejected event " + ",".join(rejected)).encode())
+        if mode == "redirect":
+            entry["status"] = status
+            record(entry)
+            headers = {"Location": location} if location is not None else {}
+            return self.answer(status, b"moved", headers)
         if mode == "status":
             entry["status"] = status
             record(entry)
@@ -125,6 +145,10 @@ class Handler(BaseHTTPRequestHandler):
         entry["status"] = 200
         record(entry)
         return self.answer(200, b"{}")
+
+    # Any method: a redirect followed as a GET is logged too, so a test sees
+    # it arrive.
+    do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = serve
 
 
 def main():

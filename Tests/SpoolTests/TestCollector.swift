@@ -24,6 +24,7 @@ final class TestCollector: @unchecked Sendable {
         let ids: [String]
         let raw: String
         let method: String
+        let path: String
         let content_type: String?
 
         var rawBody: Data { Data(base64Encoded: raw) ?? Data() }
