@@ -248,11 +248,7 @@ struct RedirectTests {
         try await engine.start()
         let ids = try record(engine, 3)
 
-        // needs the uploader's 3xx handling (lead): today the uploader
-        // dead-letters any 3xx. Once a 3xx is kept and retried with backoff,
-        // this test passes and the wrapper reports "known issue not
-        // recorded": remove it then.
-        await withKnownIssue("the uploader dead-letters a 3xx") {
+        do {
             await #expect(throws: UploadError.self, "a redirect is no delivery") { try await engine.flush() }
             let redirected = try #require(collector.requests().first)
             #expect(redirected.status == status)
