@@ -86,7 +86,9 @@ package final class Connection {
             throw StorageError.notADatabase(path: path)
         }
         if !isInMemory {
-            let mode = try scalarString("PRAGMA journal_mode = WAL")
+            let mode = try retryingWhileBusy(for: options.busyTimeoutMilliseconds) {
+                try scalarString("PRAGMA journal_mode = WAL")
+            }
             guard mode.lowercased() == "wal" else {
                 throw StorageError.pragmaNotApplied(path: path, pragma: "journal_mode", expected: "wal", actual: mode)
             }
@@ -105,6 +107,25 @@ package final class Connection {
         try execute("PRAGMA foreign_keys = ON")
         guard try scalarInt("PRAGMA foreign_keys") == 1 else {
             throw StorageError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")
+        }
+    }
+
+    /// Runs `body` again while it fails with `SQLITE_BUSY`, for at most
+    /// `milliseconds`. Switching a new file to WAL needs an exclusive lock,
+    /// and SQLite reports a competing process (an app and its extension
+    /// opening the file together) at once instead of calling the busy handler.
+    private func retryingWhileBusy<T>(for milliseconds: Int32, _ body: () throws -> T) throws -> T {
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, milliseconds)) * 1_000_000
+        var pause: UInt32 = 1_000
+        while true {
+            do {
+                return try body()
+            } catch let error as SQLiteError
+                where error.resultCode == .busy && DispatchTime.now().uptimeNanoseconds < deadline
+            {
+                usleep(pause)
+                pause = min(pause * 2, 50_000)
+            }
         }
     }
 

@@ -1,13 +1,29 @@
-// spool-crash-child DATABASE_PATH RUN_TAG [--engine]
+// spool-crash-child DATABASE_PATH RUN_TAG [MODE …]
 //
-// Appends events forever and prints "ACK <id>" for each once its commit is
-// acknowledged. The crash tests SIGKILL this process at random moments and
-// check that every acknowledged event is in the database exactly once and in
-// order.
+// A real second process for the tests that cross a process boundary.
 //
-// With --engine it goes through EventEngine.recordDurably instead, with a
-// durable listener "crash" that prints "GOT <id>" for each event it finishes;
-// each event carries its own marker in the "id" parameter.
+// (no mode)   Appends events forever and prints "ACK <id>" for each once its
+//             commit is acknowledged. The crash tests SIGKILL it at random
+//             moments and check every acknowledged event is in the database
+//             exactly once and in order.
+// --engine    The same through EventEngine.recordDurably, with a durable
+//             listener "crash" that prints "GOT <marker>" for each event it
+//             finishes; each event carries its marker in the "id" parameter.
+// --worker COLLECTOR_URL START_AT SECONDS
+//             Waits until START_AT (seconds since 1970), starts an uploading
+//             engine on the file (two workers start on a new file together),
+//             records durably for SECONDS, printing "ACK <event id>" per
+//             commit and "BUSY" for every SQLITE_BUSY a caller saw, then
+//             flushes, closes and prints "DONE".
+// --disk-full LIMIT_BYTES
+//             Records under a real file-size limit (RLIMIT_FSIZE, SIGXFSZ
+//             ignored, so writes fail with EFBIG): prints "ACK <marker>",
+//             "BUFFERED <marker>" (stillBuffered), "REFUSED <marker>"
+//             (bufferFull) or "ERR <marker> <error>", then lifts the limit,
+//             closes and prints "CLOSED <uncommitted>" and the diagnostic counts.
+// --cycles N  Starts, records into and closes an engine on the file N times
+//             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
+//             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
 import Foundation
 import Spool
 import SpoolStorage
@@ -25,13 +41,15 @@ final class Printer: EventListener {
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
-    FileHandle.standardError.write(Data("usage: spool-crash-child DATABASE_PATH RUN_TAG [--engine]\n".utf8))
+    FileHandle.standardError.write(Data("usage: spool-crash-child DATABASE_PATH RUN_TAG [MODE …]\n".utf8))
     exit(2)
 }
 let url = URL(fileURLWithPath: arguments[1])
 let tag = arguments[2]
+let mode = arguments.count > 3 ? arguments[3] : ""
 
-if arguments.contains("--engine") {
+switch mode {
+case "--engine":
     let engine = EventEngine(configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil))
     let printer = Printer()
     engine.events.addDurableObserver(printer, id: "crash")
@@ -44,24 +62,153 @@ if arguments.contains("--engine") {
         _ = try await engine.recordDurably("crash_event", parameters: ["id": .string(marker), "n": .int(counter)])
         emit("ACK \(marker)")
     }
-}
 
-let database = try DatabaseQueue(path: url.path)
-let log = EventLog(database: database)
-emit("READY")
-
-var counter = 0
-while true {
-    var receipts: [AppendReceipt] = []
-    for _ in 0..<25 {
-        counter += 1
-        receipts.append(
-            try log.append(
-                EventRecord(
-                    name: "crash_\(tag)", parametersJSON: #"{"i":\#(counter),"tag":"\#(tag)"}"#,
-                    recordedAt: Date().timeIntervalSince1970, addsToHistory: counter % 2 == 0)))
+case "--worker":
+    guard arguments.count >= 7, let collector = URL(string: arguments[4]), let startAt = Double(arguments[5]),
+        let seconds = Double(arguments[6])
+    else { exit(2) }
+    let engine = EventEngine(
+        configuration: EngineConfiguration(
+            database: .file(url), maximumRetainedEvents: nil, collectorURL: collector,
+            dispatcher: DefaultEventDispatcher(batchSize: 10, timerInterval: 0.2, requestTimeout: 5),
+            retryPolicy: RetryPolicy(initialDelay: 0.05, maximumDelay: 0.5)))
+    // Both workers open the new file at the same moment.
+    let wait = startAt - Date().timeIntervalSince1970
+    if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
+    do {
+        try await engine.start()
+    } catch {
+        emit("STARTFAIL \(error)")
+        exit(3)
     }
-    try await log.waitUntilDurable(receipts[receipts.count - 1])
-    // One write per group keeps the acknowledgements cheap and atomic per line.
-    emit(receipts.map { "ACK \($0.id)" }.joined(separator: "\n"))
+    emit("READY")
+    let deadline = Date().addingTimeInterval(seconds)
+    var counter = 0
+    while Date() < deadline {
+        counter += 1
+        do {
+            if case .recorded(let id) = try await engine.recordDurably(
+                "worker_event", parameters: ["worker": .string(tag), "n": .int(counter)])
+            {
+                emit("ACK \(id)")
+            }
+        } catch let error as SQLiteError where error.resultCode == .busy {
+            emit("BUSY")
+        } catch {
+            emit("ERR \(error)")
+        }
+    }
+    do { try await engine.flush() } catch { emit("FLUSH \(error)") }
+    await engine.close()
+    emit("DONE")
+    exit(0)
+
+case "--disk-full":
+    guard arguments.count >= 5, let limit = UInt64(arguments[4]) else { exit(2) }
+    signal(SIGXFSZ, SIG_IGN)
+    let engine = EventEngine(
+        configuration: EngineConfiguration(
+            database: .file(url), maximumRetainedEvents: nil,
+            writeBuffer: WriteBufferLimit(maximumEvents: 40, maximumBytes: 1 << 20)))
+    try await engine.start()
+    let padding = String(repeating: "p", count: 2_000)
+    var counter = 0
+    func next() -> (String, [String: EventValue]) {
+        counter += 1
+        let marker = "\(tag)-\(counter)"
+        return (marker, ["id": .string(marker), "pad": .string(padding)])
+    }
+    for _ in 0..<20 {
+        let (marker, parameters) = next()
+        _ = try await engine.recordDurably("disk_event", parameters: parameters)
+        emit("ACK \(marker)")
+    }
+    // The disk is full from here on: no file may grow past `limit` bytes.
+    var limits = rlimit()
+    getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limits)
+    let hard = limits.rlim_max
+    limits.rlim_cur = rlim_t(limit)
+    setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limits)
+    var buffered = 0
+    while buffered < 10 && counter < 2_000 {
+        let (marker, parameters) = next()
+        do {
+            _ = try await engine.recordDurably("disk_event", parameters: parameters)
+            emit("ACK \(marker)")
+        } catch SpoolError.stillBuffered {
+            buffered += 1
+            emit("BUFFERED \(marker)")
+        } catch {
+            emit("ERR \(marker) \(error)")
+        }
+    }
+    // Plain record() while commits fail: the buffer's bound refuses, never grows.
+    for _ in 0..<100 {
+        let (marker, parameters) = next()
+        do {
+            try engine.record("disk_event", parameters: parameters)
+            emit("QUEUED \(marker)")
+        } catch SpoolError.bufferFull {
+            emit("REFUSED \(marker)")
+        } catch {
+            emit("ERR \(marker) \(error)")
+        }
+    }
+    // Space comes back.
+    limits.rlim_cur = hard
+    setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limits)
+    let uncommitted = await engine.close()
+    emit("CLOSED \(uncommitted)")
+    let counts = engine.diagnosticCounts
+    emit(
+        "DIAG commitFailed=\(counts.occurrences[.commitFailed] ?? 0) "
+            + "commitRecovered=\(counts.occurrences[.commitRecovered] ?? 0) "
+            + "recordRefused=\(counts.occurrences[.recordRefused] ?? 0)")
+    exit(0)
+
+case "--cycles":
+    guard arguments.count >= 5, let cycles = Int(arguments[4]) else { exit(2) }
+    func cycle() async throws {
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(url)))
+        try await engine.start()
+        try engine.record("cycle")
+        await engine.close()
+    }
+    func measure() -> String {
+        let descriptors = (0..<Int32(4_096)).reduce(0) { $0 + (fcntl($1, F_GETFD) != -1 ? 1 : 0) }
+        var resident = -1
+        #if os(Linux)
+            if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+                let pages = statm.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+            {
+                resident = pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+            }
+        #endif
+        return "\(descriptors) \(resident)"
+    }
+    for _ in 0..<50 { try await cycle() }
+    emit("BEFORE \(measure())")
+    for _ in 0..<cycles { try await cycle() }
+    emit("AFTER \(measure())")
+    exit(0)
+
+default:
+    let database = try DatabaseQueue(path: url.path)
+    let log = EventLog(database: database)
+    emit("READY")
+    var counter = 0
+    while true {
+        var receipts: [AppendReceipt] = []
+        for _ in 0..<25 {
+            counter += 1
+            receipts.append(
+                try log.append(
+                    EventRecord(
+                        name: "crash_\(tag)", parametersJSON: #"{"i":\#(counter),"tag":"\#(tag)"}"#,
+                        recordedAt: Date().timeIntervalSince1970, addsToHistory: counter % 2 == 0)))
+        }
+        try await log.waitUntilDurable(receipts[receipts.count - 1])
+        // One write per group keeps the acknowledgements cheap and atomic per line.
+        emit(receipts.map { "ACK \($0.id)" }.joined(separator: "\n"))
+    }
 }

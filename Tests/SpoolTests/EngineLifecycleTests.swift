@@ -64,4 +64,148 @@ struct EngineLifecycleTests {
         #expect(try await engine.recordDurably("gated") == .droppedOptedOut)
         await engine.close()
     }
+
+    // MARK: - recordDurably never hangs
+
+    @Test("recordDurably waiting for a session returns droppedOptedOut when consent is withdrawn")
+    func withdrawingConsentResumesAWaitingRecordDurably() async throws {
+        let engine = EventEngine(configuration: EngineConfiguration())
+        let waiting = Task { try await engine.recordDurably("before_start") }
+        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        engine.setConsent(false)
+        #expect(try await waiting.value == .droppedOptedOut)
+        await engine.close()
+    }
+
+    @Test("recordDurably waiting for a session throws closed when the engine closes before it starts")
+    func closingBeforeStartResumesAWaitingRecordDurably() async throws {
+        let engine = EventEngine(configuration: EngineConfiguration())
+        let waiting = Task { try await engine.recordDurably("before_start") }
+        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        await engine.close()
+        await #expect(throws: SpoolError.closed) { _ = try await waiting.value }
+    }
+
+    @Test("recordDurably waiting for a session when a started engine closes: stored without a session, recorded")
+    func closingAStartedEngineStoresWaitingEvents() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory)
+        engine.endSession()
+        let waiting = Task { try await engine.recordDurably("between_sessions") }
+        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        await engine.close()
+        guard case .recorded(let id) = try await waiting.value else {
+            Issue.record("not recorded")
+            return
+        }
+        let reopened = try DatabaseQueue(path: directory.databaseURL.path)
+        defer { reopened.close() }
+        let stored = try reopened.sync { try $0.readEvents(after: 0, limit: 10) }
+        #expect(stored.contains { $0.id == id && $0.sessionID == nil })
+    }
+
+    // MARK: - Lifetimes
+
+    @Test("after close(), the engine, its log, its database queue and its connections are freed")
+    func closeFreesEverything() async throws {
+        let directory = TemporaryDirectory()
+        weak var weakEngine: EventEngine?
+        weak var weakLog: EventLog?
+        weak var weakDatabase: DatabaseQueue?
+        let listener = CollectingListener()
+        do {
+            let engine = try await startedEngine(directory) { configuration in
+                configuration.collectorURL = URL(string: "http://127.0.0.1:9/unused")
+            } before: { engine in
+                engine.events.addObserver(listener)
+                engine.events.addDurableObserver(listener, id: "lifetime")
+            }
+            try engine.record("one")
+            _ = engine.on("one") { _ in }
+            try await engine.settle()
+            let log = try #require(engine.state.withLock { $0.log })
+            (weakEngine, weakLog, weakDatabase) = (engine, log, log.database)
+            await engine.close()
+        }
+        try await waitUntil { weakEngine == nil && weakLog == nil && weakDatabase == nil }
+        #expect(weakEngine == nil)
+        #expect(weakLog == nil)
+        #expect(weakDatabase == nil)
+    }
+
+    @Test("an engine dropped without close() is freed with its log, database queue and connections")
+    func droppingWithoutCloseFreesEverything() async throws {
+        let directory = TemporaryDirectory()
+        weak var weakEngine: EventEngine?
+        weak var weakLog: EventLog?
+        weak var weakDatabase: DatabaseQueue?
+        do {
+            let engine = try await startedEngine(directory)
+            try engine.record("one")
+            try await engine.settle()
+            let log = try #require(engine.state.withLock { $0.log })
+            (weakEngine, weakLog, weakDatabase) = (engine, log, log.database)
+        }
+        try await waitUntil { weakEngine == nil && weakLog == nil && weakDatabase == nil }
+        #expect(weakEngine == nil)
+        #expect(weakLog == nil)
+        #expect(weakDatabase == nil)
+        if let open = openFileDescriptors(under: directory.url) {
+            #expect(open == 0, "the connections' files are closed")
+        }
+        // And what it recorded is on disk.
+        let reopened = try DatabaseQueue(path: directory.databaseURL.path)
+        defer { reopened.close() }
+        #expect(try reopened.sync { try $0.readEvents(after: 0, limit: 10).map(\.name) } == ["session_start", "one"])
+    }
+
+    @Test("1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat")
+    func manyCyclesStayFlat() async throws {
+        let directory = TemporaryDirectory()
+        let child = try ProcessBoundaryTests.Child(
+            [directory.databaseURL.path, "cycles", "--cycles", "1000"], in: directory, name: "cycles")
+        let lines = await child.finish(timeout: 240)
+        func measurement(_ prefix: String) throws -> (descriptors: Int, resident: Int) {
+            let line = try #require(lines.first { $0.hasPrefix(prefix + " ") }, "\(lines.suffix(3))")
+            let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+            try #require(fields.count == 2)
+            return (fields[0], fields[1])
+        }
+        let before = try measurement("BEFORE")
+        let after = try measurement("AFTER")
+        print(
+            "1,000 start/close cycles: descriptors \(before.descriptors) → \(after.descriptors), "
+                + "RSS \(before.resident >> 10) → \(after.resident >> 10) KiB")
+        #expect(after.descriptors == before.descriptors, "no file descriptor leaks")
+        if before.resident > 0 {
+            #expect(
+                after.resident < before.resident + 2 << 20,
+                "resident memory grew \((after.resident - before.resident) >> 10) KiB over 1,000 cycles")
+        }
+    }
+}
+
+/// Polls `condition` (bounded: 10 s) — for frees that land on another queue.
+func waitUntil(_ condition: () -> Bool) async throws {
+    let deadline = Date().addingTimeInterval(10)
+    while !condition() && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+}
+
+/// How many of this process's file descriptors are open on files under
+/// `directory` (other tests running in parallel do not count), or nil where
+/// the platform cannot tell a descriptor's path.
+func openFileDescriptors(under directory: URL) -> Int? {
+    #if os(Linux)
+        let prefix = directory.resolvingSymlinksInPath().path
+        return (0..<Int32(4_096)).reduce(0) { count, descriptor in
+            var buffer = [CChar](repeating: 0, count: 4_096)
+            let length = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
+            guard length > 0 else { return count }
+            return count
+                + (String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self).hasPrefix(prefix)
+                    ? 1 : 0)
+        }
+    #else
+        return nil
+    #endif
 }

@@ -32,7 +32,7 @@ extension EventEngine {
             log.database.async { [weak self] connection in
                 guard let self else { return }
                 self.delivery.detach(id)
-                self.heldDurables.withLock { _ = $0.remove(id) }
+                self.heldDurables.withLock { _ = $0.held.remove(id) }
                 let consumer = EventObservers.Durable.consumerID(for: id)
                 do {
                     guard let connection else { throw StorageError.closed }
@@ -56,7 +56,6 @@ extension EventEngine {
                 try await log.database.run { [self] connection in attach(durable, log: log, connection: connection) }
             }
         }
-        renewDurableLeases(log, after: Self.durableLeaseRenewal)
         // Let the catch-ups finish and their positions reach the database
         // queue before start-up appends anything, so the retention bound
         // counts drops from where each listener really is.
@@ -82,8 +81,8 @@ extension EventEngine {
                         .durableListenerHeldElsewhere,
                         "durable listener \(durable.id) is attached in another process (\(lease.owner)); "
                             + "trying again in \(Int(wait.rounded())) s")
-                    log.database.asyncAfter(wait) { [weak self] connection in
-                        guard let self, let connection else { return }
+                    log.database.asyncAfter(wait) { [weak self, weak log] connection in
+                        guard let self, let log, let connection else { return }
                         self.attach(durable, log: log, connection: connection)
                     }
                     return nil
@@ -92,7 +91,12 @@ extension EventEngine {
                 return (position, try connection.headPosition(), missed)
             }
             guard let attached else { return }
-            heldDurables.withLock { $0.insert(durable.id) }
+            let startRenewing = heldDurables.withLock { leases -> Bool in
+                leases.held.insert(durable.id)
+                defer { leases.renewing = true }
+                return !leases.renewing
+            }
+            if startRenewing { renewDurableLeases(log, after: Self.durableLeaseRenewal) }
             delivery.attach(durable, at: attached.position, head: attached.head, missed: attached.missed)
         } catch {
             diagnosticsCenter.report(
@@ -102,20 +106,25 @@ extension EventEngine {
     }
 
     /// Renews this engine's durable-listener leases every
-    /// ``durableLeaseRenewal`` until the database closes; a lease found taken
-    /// over (this process was suspended past its expiry) detaches the
-    /// listener here and tries to attach it again later.
+    /// ``durableLeaseRenewal`` while it holds any (no timer runs without
+    /// durable listeners); a lease found taken over (this process was
+    /// suspended past its expiry) detaches the listener here and tries to
+    /// attach it again later.
     private func renewDurableLeases(_ log: EventLog, after delay: TimeInterval) {
-        log.database.asyncAfter(delay) { [weak self] connection in
-            guard let self, let connection else { return }
-            let held = self.heldDurables.withLock { $0 }
-            if !held.isEmpty {
-                do {
+        // Weak: a pending renewal must not keep a dropped engine's log alive.
+        log.database.asyncAfter(delay) { [weak self, weak log] connection in
+            guard let self, let log, let connection else { return }
+            let held = self.heldDurables.withLock { leases -> Set<String> in
+                if leases.held.isEmpty { leases.renewing = false }  // the next attach starts renewing again
+                return leases.held
+            }
+            guard !held.isEmpty else { return }
+            do {
                     let renewed = try connection.renewLeases(
                         owner: self.leaseOwner, prefix: EventObservers.Durable.consumerID(for: ""),
                         now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
                     for id in held where !renewed.contains(EventObservers.Durable.consumerID(for: id)) {
-                        self.heldDurables.withLock { _ = $0.remove(id) }
+                        self.heldDurables.withLock { _ = $0.held.remove(id) }
                         self.delivery.detach(id)
                         if let durable = self.events.durableSnapshot().first(where: { $0.id == id }) {
                             self.attach(durable, log: log, connection: connection)
@@ -125,7 +134,6 @@ extension EventEngine {
                     self.diagnosticsCenter.report(
                         .durableListenerStalled, error: SpoolError.bridge(error),
                         "durable listener leases could not be renewed")
-                }
             }
             self.renewDurableLeases(log, after: Self.durableLeaseRenewal)
         }

@@ -64,7 +64,8 @@ extension EventEngine {
         }
         try await uploader.start()
         uploaderBox.withLock { $0 = uploader }
-        defaults?.setFlushHandler { uploader.requestFlushFromAnyThread() }
+        // Weak: the uploader holds the dispatcher, which holds this handler.
+        defaults?.setFlushHandler { [weak uploader] in uploader?.requestFlushFromAnyThread() }
         SpoolBackgroundNotifier.register(self)
         #if canImport(UIKit) && !os(watchOS)
             observeApplicationLifecycle()
@@ -74,7 +75,6 @@ extension EventEngine {
 
     func stopUploader() async {
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
-        (configuration.dispatcher as? DefaultEventDispatcher)?.setFlushHandler(nil)
         await uploader.stop()
     }
 }

@@ -34,8 +34,9 @@ public final class EventEngine: Sendable {
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
-    /// Durable listener ids this engine holds the lease of.
-    let heldDurables = Protected<Set<String>>([])
+    /// Durable listener ids this engine holds the lease of, and whether their
+    /// renewal timer runs.
+    let heldDurables = Protected<(held: Set<String>, renewing: Bool)>(([], false))
 
     struct State {
         enum Phase { case idle, starting, started, closed }
@@ -205,7 +206,7 @@ public final class EventEngine: Sendable {
     /// the file takes over at once rather than when they expire.
     private func releaseLeases(_ log: EventLog) async {
         let owner = leaseOwner
-        heldDurables.withLock { $0.removeAll() }
+        heldDurables.withLock { $0.held.removeAll() }
         do {
             try await log.database.run { try $0.releaseLeases(owner: owner) }
         } catch {

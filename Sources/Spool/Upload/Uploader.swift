@@ -55,6 +55,8 @@ actor Uploader {
     private var rerun = false
     private var rerunForced = false
     private var waiting: [CheckedContinuation<Void, any Error>] = []
+    /// `stop()` callers waiting for the pass in flight to end.
+    private var stopped: [CheckedContinuation<Void, Never>] = []
     private var failures = 0
     private var retryAt: Date?
     private var retryTask: Task<Void, Never>?
@@ -108,15 +110,26 @@ actor Uploader {
         if pending > 0 && (pending >= settings.batchSize || settings.timerInterval == 0) { trigger(force: false) }
     }
 
-    /// Stops the timer and retries, and gives up the lease unless a request
-    /// is in flight (its answer is then ignored: its events are sent again by
-    /// whoever uploads next, at least once).
-    func stop() async {
+    /// Stops the timer and retries, lets a request in flight finish (at most
+    /// `patience` seconds) so its answer is saved, and gives up the lease.
+    /// A request still unanswered after that is abandoned: its answer is
+    /// ignored and its events are sent again by whoever uploads next (at
+    /// least once), after the lease expires.
+    func stop(patience: TimeInterval = 5) async {
         closed = true
         timerTask?.cancel()
         retryTask?.cancel()
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
         waiting.removeAll()
+        if running {
+            await withCheckedContinuation { continuation in
+                stopped.append(continuation)
+                log.database.asyncAfter(patience) { [weak self] _ in
+                    // A task: the one way from the timer's queue block onto the actor.
+                    Task { await self?.abandonInFlight() }
+                }
+            }
+        }
         guard !running else { return }
         let owner = self.owner
         // try?: a lease left behind expires by itself; nothing is lost.
@@ -203,6 +216,18 @@ actor Uploader {
             rerunForced = false
         } while (rerun || !waiting.isEmpty) && !closed
         running = false
+        resumeStopped()
+    }
+
+    private func resumeStopped() {
+        let stopped = self.stopped
+        self.stopped.removeAll()
+        for continuation in stopped { continuation.resume() }
+    }
+
+    /// `stop()` waited long enough for the request in flight.
+    private func abandonInFlight() {
+        resumeStopped()
     }
 
     // MARK: - A flush pass
