@@ -52,6 +52,10 @@ struct EventEncoderTests {
         expectInvalid(.invalidName("bad\nname"), "bad\nname")
         expectInvalid(.nonFiniteNumber(path: ".price"), "ok", ["price": .double(.nan)])
         expectInvalid(.nonFiniteNumber(path: ".list[1]"), "ok", ["list": [1, .double(.infinity)]])
+        expectInvalid(.dateOutOfRange(path: ".when"), "ok", ["when": .date(Date(timeIntervalSince1970: .nan))])
+        expectInvalid(
+            .dateOutOfRange(path: ".items[2].at"), "ok",
+            ["items": [1, 2, ["at": .date(Date(timeIntervalSince1970: 1e17))]]])
         expectInvalid(.invalidKey(path: #"."""#), "ok", ["": 1])
         expectInvalid(.invalidKey(path: ".outer" + #"."tab\tkey""#), "ok", ["outer": ["tab\tkey": 1]])
         var deep: EventValue = 1
@@ -74,6 +78,38 @@ struct EventEncoderTests {
         try engine.record("good_2")
         try await engine.settle()
         #expect(try await engine.storedNames() == ["session_start", "good_1", "good_2"])
+        await engine.close()
+    }
+
+    /// The extreme dates from issue 8 (eight of them trapped in the
+    /// formatter and killed the host process; the other two wrote years of
+    /// six digits and more).
+    static let extremeDates: [Double] = [
+        .nan, .infinity, -.infinity, 1e17, -1e17, 9.3e15, -9.3e15, .greatestFiniteMagnitude, 1e13, -1e13,
+    ]
+
+    @Test("each extreme date is a typed error; the process lives and the good events around it are kept")
+    func extremeDatesAreTypedErrorsThroughAStartedEngine() async throws {
+        let engine = try await startedEngine()
+        let listener = CollectingListener()
+        engine.events.addObserver(listener)
+        var good: [String] = []
+        for (index, seconds) in Self.extremeDates.enumerated() {
+            let date = EventValue.date(Date(timeIntervalSince1970: seconds))
+            good.append("good_\(index)")
+            try engine.record("good_\(index)", parameters: ["when": .date(Date())])
+            #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".when")), "\(seconds)") {
+                try engine.record("bad", parameters: ["when": date])
+            }
+            await #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".items[2].at")), "\(seconds)") {
+                try await engine.recordDurably("bad", parameters: ["items": [1, 2, ["at": date]], "ok": 1])
+            }
+        }
+        try engine.record("last")
+        good.append("last")
+        try await engine.settle()
+        #expect(try await engine.storedNames() == ["session_start"] + good)
+        #expect(listener.customNames == good)
         await engine.close()
     }
 

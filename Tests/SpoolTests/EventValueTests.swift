@@ -33,6 +33,19 @@ struct EventValueTests {
         #expect(object["when"] == .string("2025-11-29T10:15:30.123Z"))
     }
 
+    @Test func codableRejectsDatesOutsideFourDigitYears() throws {
+        for seconds in [Double.nan, .infinity, 253_402_300_800, -62_167_219_200.001] {
+            #expect(throws: EncodingError.self, "\(seconds)") {
+                _ = try JSONEncoder().encode(EventValue.date(Date(timeIntervalSince1970: seconds)))
+            }
+        }
+        let data = try JSONEncoder().encode(EventValue.date(EventLimits.latestDate))
+        #expect(String(decoding: data, as: UTF8.self) == #""9999-12-31T23:59:59.999Z""#)
+        // `delivered` has no error to give: it clamps to the nearer end.
+        #expect(EventValue.date(Date(timeIntervalSince1970: 1e17)).delivered == "9999-12-31T23:59:59.999Z")
+        #expect(EventValue.date(Date(timeIntervalSince1970: .nan)).delivered == "0000-01-01T00:00:00.000Z")
+    }
+
     @Test func theReaderRejectsMalformedJSON() throws {
         for bad in [
             "", "{", #"{"a":}"#, #"{"a":1,}"#, "[1 2]", #""unterminated"#, "nul", #"{"a":"\x"}"#, "{} trailing",
