@@ -55,4 +55,15 @@ struct EventValueTests {
         let parsed = try JSONReader.parse(#" {"a" : [ 1 , -2.5e3 , "\u00e9\ud83d\ude00" ] } "#)
         #expect(parsed == .object(["a": [1, -2500.0, "é😀"]]))
     }
+
+    @Test func theReaderTurnsUnpairedSurrogatesIntoReplacementCharacters() throws {
+        // A high surrogate followed by an escape that is not a low one used to
+        // underflow a UInt32 and trap.
+        #expect(try JSONReader.parse(#""\ud800\u0041""#) == "\u{FFFD}A")
+        #expect(try JSONReader.parse(#""\ud800\ud83d\ude00""#) == "\u{FFFD}😀")
+        #expect(try JSONReader.parse(#""\ud800x""#) == "\u{FFFD}x")
+        #expect(try JSONReader.parse(#""\udc00\ud800""#) == "\u{FFFD}\u{FFFD}")
+        #expect(try JSONReader.parse(#""\ud800\n""#) == "\u{FFFD}\n")
+        #expect(throws: JSONReader.Failure.self) { _ = try JSONReader.parse(#""\ud800\u00""#) }
+    }
 }

@@ -85,6 +85,39 @@ struct NumericConversionTests {
         #expect(ISO8601Milliseconds.string(from: EventLimits.latestDate) == Self.latest)
     }
 
+    @Test("the reader: integers past Int read as doubles, numbers past Double are a failure")
+    func theReaderReadsNumbersOfAnySizeWithoutTrapping() throws {
+        let cases: [(String, EventValue)] = [
+            ("9223372036854775807", .int(.max)),
+            ("-9223372036854775808", .int(.min)),
+            ("9223372036854775808", .double(9_223_372_036_854_775_808)),
+            ("99999999999999999999", .double(1e20)),
+            ("-99999999999999999999", .double(-1e20)),
+            ("1" + String(repeating: "0", count: 308), .double(1e308)),
+            ("1.7976931348623157e+308", .double(.greatestFiniteMagnitude)),
+            ("5e-324", .double(.leastNonzeroMagnitude)),
+            ("1e-400", .double(0)),
+            ("-0", .int(0)),
+            ("0.5E+2", .double(50)),
+        ]
+        for (text, expected) in cases {
+            #expect(try JSONReader.parse(text) == expected, "\(text)")
+        }
+        let negativeZero = try JSONReader.parse("-0.0").doubleValue
+        #expect(negativeZero == 0 && negativeZero?.sign == .minus)
+        // Past Double: no EventValue can carry it (the encoder rejects infinity).
+        for text in ["1e400", "-1e400", "1" + String(repeating: "0", count: 400), "[1e309]"] {
+            #expect(throws: JSONReader.Failure.self, "\(text)") { _ = try JSONReader.parse(text) }
+        }
+        // Not RFC 8259 numbers, though Swift's parsers take some of them.
+        for text in [
+            "+1", ".5", "1.", "01", "-01", "-", "1e", "1e+", "--1", "1-2", "1.5e3.2", "-.5", "0x10", "1e5e5",
+            "Infinity", "-Infinity", "NaN", "inf", "nan",
+        ] {
+            #expect(throws: JSONReader.Failure.self, "\(text)") { _ = try JSONReader.parse(text) }
+        }
+    }
+
     /// `YYYY-MM-DDTHH:MM:SS.sssZ`: digits where digits go, the separators in
     /// place, nothing more.
     static func hasISOShape(_ string: String) -> Bool {
