@@ -118,6 +118,28 @@ struct NumericConversionTests {
         }
     }
 
+    /// Parses `YYYY-MM-DDTHH:MM:SS.sssZ` back to milliseconds since 1970, by
+    /// counting leap years rather than by the formatter's era arithmetic, so
+    /// the two check each other. Nil for anything else.
+    static func millisecondsSince1970(iso string: String) -> Int64? {
+        guard hasISOShape(string) else { return nil }
+        let bytes = Array(string.utf8)
+        func number(_ range: Range<Int>) -> Int64 {
+            bytes[range].reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
+        }
+        let (year, month, day) = (number(0..<4), number(5..<7), number(8..<10))
+        let (hour, minute, second, millisecond) = (number(11..<13), number(14..<16), number(17..<19), number(20..<23))
+        let isLeap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let monthDays: [Int64] = [31, isLeap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard (1...12).contains(month), (1...monthDays[Int(month - 1)]).contains(day), hour < 24, minute < 60,
+            second < 60
+        else { return nil }
+        // Days in years 0000...year-1 (year 0000 is a leap year).
+        let daysBeforeYear = 365 * year + (year + 3) / 4 - (year + 99) / 100 + (year + 399) / 400
+        let days = daysBeforeYear + monthDays.prefix(Int(month - 1)).reduce(0, +) + day - 1 - 719_528
+        return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millisecond
+    }
+
     /// `YYYY-MM-DDTHH:MM:SS.sssZ`: digits where digits go, the separators in
     /// place, nothing more.
     static func hasISOShape(_ string: String) -> Bool {
