@@ -52,6 +52,10 @@ struct EventEncoderTests {
         expectInvalid(.invalidName("bad\nname"), "bad\nname")
         expectInvalid(.nonFiniteNumber(path: ".price"), "ok", ["price": .double(.nan)])
         expectInvalid(.nonFiniteNumber(path: ".list[1]"), "ok", ["list": [1, .double(.infinity)]])
+        expectInvalid(.dateOutOfRange(path: ".when"), "ok", ["when": .date(Date(timeIntervalSince1970: .nan))])
+        expectInvalid(
+            .dateOutOfRange(path: ".items[2].at"), "ok",
+            ["items": [1, 2, ["at": .date(Date(timeIntervalSince1970: 1e17))]]])
         expectInvalid(.invalidKey(path: #"."""#), "ok", ["": 1])
         expectInvalid(.invalidKey(path: ".outer" + #"."tab\tkey""#), "ok", ["outer": ["tab\tkey": 1]])
         var deep: EventValue = 1
@@ -77,42 +81,193 @@ struct EventEncoderTests {
         await engine.close()
     }
 
-    /// Random names and parameter trees (bounded, seeded): nothing crashes,
-    /// invalid input is a typed error, and every accepted event reads back
-    /// from the database identical to what was recorded (dates as strings).
+    /// The extreme dates from issue 8 (eight of them trapped in the
+    /// formatter and killed the host process; the other two wrote years of
+    /// six digits and more).
+    static let extremeDates: [Double] = [
+        .nan, .infinity, -.infinity, 1e17, -1e17, 9.3e15, -9.3e15, .greatestFiniteMagnitude, 1e13, -1e13,
+    ]
+
+    @Test("each extreme date is a typed error; the process lives and the good events around it are kept")
+    func extremeDatesAreTypedErrorsThroughAStartedEngine() async throws {
+        let engine = try await startedEngine()
+        let listener = CollectingListener()
+        engine.events.addObserver(listener)
+        var good: [String] = []
+        for (index, seconds) in Self.extremeDates.enumerated() {
+            let date = EventValue.date(Date(timeIntervalSince1970: seconds))
+            good.append("good_\(index)")
+            try engine.record("good_\(index)", parameters: ["when": .date(Date())])
+            #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".when")), "\(seconds)") {
+                try engine.record("bad", parameters: ["when": date])
+            }
+            await #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".items[2].at")), "\(seconds)") {
+                try await engine.recordDurably("bad", parameters: ["items": [1, 2, ["at": date]], "ok": 1])
+            }
+        }
+        try engine.record("last")
+        good.append("last")
+        try await engine.settle()
+        #expect(try await engine.storedNames() == ["session_start"] + good)
+        #expect(listener.customNames == good)
+        await engine.close()
+    }
+
+    /// Every edge of every value kind, then random names and parameter trees
+    /// (bounded, seeded). Nothing crashes; each event either gets exactly the
+    /// typed error an independent model of the encoder predicts (first error
+    /// in key order, with its path), or is stored as valid JSON, reads back
+    /// identical (dates as their ISO strings) and is delivered; the good
+    /// events between the bad ones are all kept.
     @Test func fuzzRecordReadsBackIdentical() async throws {
         let seed = UInt64(Date().timeIntervalSince1970)
         var random = FastRandom(seed: seed)
         let engine = try await startedEngine()
-        var expected: [(name: String, parameters: [String: EventValue])] = []
-        var rejected = 0
+        let listener = CollectingListener()
+        engine.events.addObserver(listener)
+        var events: [(name: String, parameters: [String: EventValue])] = []
+        for value in Self.edgeValues {
+            events.append(("edge", ["v": value]))
+            events.append(("edge_nested", ["items": [1, 2, ["at": value]], "z": .date(Date())]))
+            events.append(("good_neighbour", ["v": 1]))
+        }
+        for key in Self.edgeKeys {
+            events.append(("edge_key", [key: 1, "m": ["inner": [key: .date(EventLimits.latestDate)]]]))
+            events.append(("good_neighbour", ["v": 2]))
+        }
+        for name in Self.edgeNames {
+            events.append((name, ["v": 3]))
+            events.append(("good_neighbour", ["v": 4]))
+        }
+        // Exactly at the size limit and one byte past it; then a size that
+        // counts one of every kind of valid value.
+        let fill = EventLimits.maximumEncodedBytes - #"{"s":""}"#.utf8.count
+        events.append(("size_at_limit", ["s": .string(String(repeating: "x", count: fill))]))
+        events.append(("size_past_limit", ["s": .string(String(repeating: "x", count: fill + 1))]))
+        events.append(("size_of_everything", ["a": .array(Self.validValues), "b": .string(Self.overLimitString)]))
         for _ in 0..<600 {
             let name = randomString(&random, maxLength: random.next() % 20 == 0 ? 300 : 24)
-            let parameters = randomObject(&random, depth: 1)
+            events.append((name, randomObject(&random, depth: 1)))
+        }
+
+        var expected: [(name: String, parameters: [String: EventValue])] = []
+        var rejected: Set<String> = []
+        for (index, event) in events.enumerated() {
+            let predicted = ExpectedEncoding.error(name: event.name, parameters: event.parameters)
             do {
-                if try engine.record(name, parameters: parameters).isAccepted {
-                    expected.append((name, parameters.delivered))
+                let outcome = try engine.record(event.name, parameters: event.parameters)
+                #expect(outcome.isAccepted, "seed \(seed) #\(index)")
+                #expect(
+                    predicted == nil, "seed \(seed) #\(index): accepted; expected \(predicted.map { "\($0)" } ?? "")")
+                expected.append((event.name, event.parameters.delivered))
+                for (key, value) in event.parameters {
+                    expectISOStrings(
+                        value, delivered: expected[expected.count - 1].parameters[key], "seed \(seed) #\(index)")
                 }
-            } catch SpoolError.invalidEvent {
-                rejected += 1
+            } catch SpoolError.invalidEvent(let error) {
+                #expect(error == predicted, "seed \(seed) #\(index)")
+                rejected.insert(error.kind)
             }
         }
+        #expect(
+            rejected == [
+                "emptyName", "nameTooLong", "invalidName", "invalidKey", "nonFiniteNumber", "nestingTooDeep",
+                "dateOutOfRange", "tooLarge",
+            ], "every kind of error came up (seed \(seed))")
         try await engine.settle()
         let stored = try await engine.query { try $0.readEvents(after: 1, limit: .max) }
         #expect(stored.count == expected.count, "seed \(seed)")
         for (event, want) in zip(stored, expected) {
             #expect(event.name == want.name, "seed \(seed)")
             let parsed = try JSONReader.parseObject(event.parametersJSON)
-            #expect(parsed == want.parameters, "seed \(seed): \(event.parametersJSON)")
+            #expect(parsed == want.parameters, "seed \(seed): \(event.parametersJSON.prefix(300))")
         }
+        let delivered = listener.received.withLock { $0 }.filter { $0.name != EventEngine.sessionStartEventName }
+        #expect(delivered.map(\.name) == expected.map(\.name), "seed \(seed)")
+        #expect(delivered.map(\.parameters) == expected.map(\.parameters), "seed \(seed)")
         // What Spool wrote is valid JSON to SQLite too.
         let invalid = try await engine.query {
             try $0.scalarInt("SELECT count(*) FROM events WHERE NOT json_valid(parameters)")
         }
         #expect(invalid == 0)
-        #expect(rejected > 0 && !expected.isEmpty, "the fuzzer exercised both paths (seed \(seed))")
+        #expect(!expected.isEmpty, "the fuzzer exercised both paths (seed \(seed))")
         await engine.close()
     }
+
+    // MARK: - Edges
+
+    static let hugeString = String(repeating: "é中😀\"\\\n\u{1}x", count: 16_384)  // 229 376 UTF-8 bytes
+    static let overLimitString = String(repeating: "x", count: EventLimits.maximumEncodedBytes)
+
+    /// Nested containers, alternating arrays and objects, `count` deep.
+    static func chain(_ count: Int) -> EventValue {
+        var value: EventValue = .date(EventLimits.earliestDate)
+        for level in 0..<count { value = level % 2 == 0 ? [value] : ["k": value] }
+        return value
+    }
+
+    static let edgeDates: [Double] =
+        [
+            EventLimits.earliestDate.timeIntervalSince1970, EventLimits.latestDate.timeIntervalSince1970,
+            253_402_300_799.9995, (253_402_300_799.9995).nextDown, 253_402_300_800,
+            -62_167_219_200.0005, (-62_167_219_200.0005).nextUp, -62_167_219_200.001,
+            Date.distantPast.timeIntervalSince1970, Date.distantFuture.timeIntervalSince1970,
+            .leastNonzeroMagnitude, -.leastNonzeroMagnitude, .leastNormalMagnitude, -0.0, 0, -.greatestFiniteMagnitude,
+        ] + extremeDates
+
+    static let edgeValues: [EventValue] =
+        edgeDates.map { .date(Date(timeIntervalSince1970: $0)) } + [
+            .date(Date.distantPast), .date(Date.distantFuture),
+            .int(.min), .int(.max), .int(0), .int(-1),
+            .double(.greatestFiniteMagnitude), .double(-.greatestFiniteMagnitude), .double(-0.0),
+            .double(.leastNonzeroMagnitude), .double(-.leastNonzeroMagnitude), .double(.leastNormalMagnitude),
+            .double(.nan), .double(.infinity), .double(-.infinity), .double(1e-7),
+            .string(""), .string(hugeString), .string(overLimitString), .string(nonASCII), .string(controlCharacters),
+            .array([]), .object([:]), .null, .bool(true), .bool(false),
+            // The parameters object is level 1, so a chain under a key starts at 2.
+            chain(EventLimits.maximumDepth - 1), chain(EventLimits.maximumDepth),
+            .array([.string(hugeString), .string(hugeString), .string(hugeString), .string(hugeString)]),
+        ]
+
+    static let nonASCII = "é中😀\u{2028}\u{FEFF}e\u{301}🇺🇳"
+    static let controlCharacters = String((0...0x1F).map { Character(Unicode.Scalar(UInt8($0))) }) + "\u{7F}\"\\/"
+
+    /// One of each kind of valid value, at its edges.
+    static let validValues: [EventValue] = [
+        .date(EventLimits.earliestDate), .date(EventLimits.latestDate), .date(Date(timeIntervalSince1970: -0.0)),
+        .int(.min), .int(.max), .double(.greatestFiniteMagnitude), .double(-0.0), .double(.leastNonzeroMagnitude),
+        .string(""), .string(nonASCII), .string(controlCharacters), .bool(true), .bool(false), .null,
+        .array([]), .object([:]), chain(3),
+    ]
+
+    static let edgeKeys: [String] = [
+        "", String(repeating: "k", count: 256), String(repeating: "k", count: 257),
+        String(repeating: "é", count: 128), String(repeating: "é", count: 128) + "k", "tab\tkey", "\u{7F}", "\u{0}",
+        "é中😀", "\"\\",
+    ]
+
+    static let edgeNames: [String] = [
+        "", String(repeating: "n", count: 256), String(repeating: "n", count: 257),
+        String(repeating: "é", count: 128) + "n", "bad\nname", "\u{7F}", "é中😀",
+    ]
+
+    /// Each date in `value` was delivered as the ISO string of its nearest
+    /// millisecond, checked by parsing the string back independently.
+    private func expectISOStrings(_ value: EventValue, delivered: EventValue?, _ comment: String) {
+        switch (value, delivered) {
+        case (.date(let date), .string(let string)?):
+            let milliseconds = NumericConversionTests.millisecondsSince1970(iso: string)
+            #expect(milliseconds.map(Double.init) == (date.timeIntervalSince1970 * 1000).rounded(), "\(comment)")
+        case (.array(let values), .array(let strings)?) where values.count == strings.count:
+            for (value, string) in zip(values, strings) { expectISOStrings(value, delivered: string, comment) }
+        case (.object(let values), .object(let strings)?) where values.count == strings.count:
+            for (key, value) in values { expectISOStrings(value, delivered: strings[key], comment) }
+        case (.date, _), (.array, _), (.object, _): Issue.record("delivered differs in shape: \(comment)")
+        default: break
+        }
+    }
+
+    // MARK: - Random values
 
     private func randomString(_ random: inout FastRandom, maxLength: UInt64) -> String {
         let alphabet: [Character] = Array("abcXYZ019 _-\"\\/\n\t\u{0}\u{7f}é中😀\u{2028}")
@@ -121,7 +276,7 @@ struct EventEncoderTests {
     }
 
     private func randomValue(_ random: inout FastRandom, depth: Int) -> EventValue {
-        switch random.next() % (depth > 18 ? 7 : 9) {
+        switch random.next() % (depth > 18 ? 8 : 10) {
         case 0: return .string(randomString(&random, maxLength: 12))
         case 1: return .int(Int(truncatingIfNeeded: random.next()) >> Int(random.next() % 64))
         case 2:
@@ -133,9 +288,23 @@ struct EventEncoderTests {
                 : .double(Double(bitPattern: random.next() & 0x7FEF_FFFF_FFFF_FFFF) * (random.next() % 2 == 0 ? 1 : -1))
         case 3: return .bool(random.next() % 2 == 0)
         case 4: return .null
-        case 5: return .date(Date(timeIntervalSince1970: Double(random.next() % 4_000_000_000_000) / 1000))
+        case 5:
+            switch random.next() % 4 {
+            case 0:
+                return .date(
+                    Date(timeIntervalSince1970: Self.edgeDates[Int(random.next() % UInt64(Self.edgeDates.count))]))
+            // Any bit pattern: NaNs, infinities, subnormals, both signs.
+            case 1: return .date(Date(timeIntervalSince1970: Double(bitPattern: random.next())))
+            // The whole representable range, to the microsecond.
+            default:
+                let span =
+                    UInt64(ISO8601Milliseconds.latestMilliseconds - ISO8601Milliseconds.earliestMilliseconds) * 1000
+                let microseconds = Int64(random.next() % span) + ISO8601Milliseconds.earliestMilliseconds * 1000
+                return .date(Date(timeIntervalSince1970: Double(microseconds) / 1_000_000))
+            }
         case 6: return .string("")
-        case 7: return .array((0..<Int(random.next() % 4)).map { _ in randomValue(&random, depth: depth + 1) })
+        case 7: return Self.edgeValues[Int(random.next() % UInt64(Self.edgeValues.count))]
+        case 8: return .array((0..<Int(random.next() % 4)).map { _ in randomValue(&random, depth: depth + 1) })
         default: return .object(randomObject(&random, depth: depth + 1))
         }
     }
@@ -143,8 +312,120 @@ struct EventEncoderTests {
     private func randomObject(_ random: inout FastRandom, depth: Int) -> [String: EventValue] {
         var object: [String: EventValue] = [:]
         for _ in 0..<Int(random.next() % 5) {
-            object[randomString(&random, maxLength: 8)] = randomValue(&random, depth: depth)
+            let key =
+                random.next() % 16 == 0
+                ? Self.edgeKeys[Int(random.next() % UInt64(Self.edgeKeys.count))] : randomString(&random, maxLength: 8)
+            object[key] = randomValue(&random, depth: depth)
         }
         return object
+    }
+}
+
+/// What ``EventEncoder`` must make of an event, worked out apart from it:
+/// the first error in its order (name first; then keys sorted, depth first,
+/// each value checked as it is written and the running size after it), with
+/// the path it names; nil when the event is valid.
+private struct ExpectedEncoding {
+    private var length = 0
+
+    static func error(name: String, parameters: [String: EventValue]) -> EventValidationError? {
+        let nameBytes = name.utf8.count
+        if nameBytes == 0 { return .emptyName }
+        if nameBytes > EventLimits.maximumNameBytes {
+            return .nameTooLong(bytes: nameBytes, limit: EventLimits.maximumNameBytes)
+        }
+        if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { return .invalidName(name) }
+        var model = ExpectedEncoding()
+        if let error = model.object(parameters, depth: 1, path: "") { return error }
+        return model.tooLarge
+    }
+
+    private var tooLarge: EventValidationError? {
+        length > EventLimits.maximumEncodedBytes
+            ? .tooLarge(bytes: length, limit: EventLimits.maximumEncodedBytes) : nil
+    }
+
+    private mutating func value(_ value: EventValue, depth: Int, path: String) -> EventValidationError? {
+        switch value {
+        case .string(let string): length += Self.quotedLength(string)
+        case .int(let int): length += String(int).utf8.count
+        case .double(let double):
+            guard double.isFinite else { return .nonFiniteNumber(path: path) }
+            length += "\(double)".utf8.count
+        case .bool(let bool): length += bool ? 4 : 5
+        case .null: length += 4
+        case .date(let date):
+            // 0000-01-01T00:00:00.000Z...9999-12-31T23:59:59.999Z, to the nearest millisecond.
+            let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+            guard milliseconds >= -62_167_219_200_000, milliseconds <= 253_402_300_799_999 else {
+                return .dateOutOfRange(path: path)
+            }
+            length += 26
+        case .array(let values):
+            if let error = array(values, depth: depth + 1, path: path) { return error }
+        case .object(let object):
+            if let error = self.object(object, depth: depth + 1, path: path) { return error }
+        }
+        return tooLarge
+    }
+
+    private mutating func array(_ values: [EventValue], depth: Int, path: String) -> EventValidationError? {
+        guard depth <= EventLimits.maximumDepth else {
+            return .nestingTooDeep(path: path, limit: EventLimits.maximumDepth)
+        }
+        length += 1
+        for (index, element) in values.enumerated() {
+            if index > 0 { length += 1 }
+            if let error = value(element, depth: depth, path: path + "[\(index)]") { return error }
+        }
+        length += 1
+        return nil
+    }
+
+    private mutating func object(_ object: [String: EventValue], depth: Int, path: String) -> EventValidationError? {
+        guard depth <= EventLimits.maximumDepth else {
+            return .nestingTooDeep(path: path, limit: EventLimits.maximumDepth)
+        }
+        length += 1
+        for (index, (key, element)) in object.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { length += 1 }
+            let keyBytes = key.utf8.count
+            guard keyBytes > 0, keyBytes <= EventLimits.maximumKeyBytes,
+                !key.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+            else { return .invalidKey(path: path + "." + key.debugDescription) }
+            length += Self.quotedLength(key) + 1
+            if let error = value(element, depth: depth, path: path + "." + key) { return error }
+        }
+        length += 1
+        return nil
+    }
+
+    /// A JSON string literal's length: quotes, plus two bytes for each short
+    /// escape and six for each `\u00XX`.
+    private static func quotedLength(_ string: String) -> Int {
+        2
+            + string.utf8.reduce(0) { total, byte in
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: return total + 2
+                case 0..<0x20: return total + 6
+                default: return total + 1
+                }
+            }
+    }
+}
+
+extension EventValidationError {
+    /// The case's name, to count which kinds of error came up.
+    fileprivate var kind: String {
+        switch self {
+        case .emptyName: return "emptyName"
+        case .nameTooLong: return "nameTooLong"
+        case .invalidName: return "invalidName"
+        case .invalidKey: return "invalidKey"
+        case .nonFiniteNumber: return "nonFiniteNumber"
+        case .nestingTooDeep: return "nestingTooDeep"
+        case .dateOutOfRange: return "dateOutOfRange"
+        case .tooLarge: return "tooLarge"
+        }
     }
 }

@@ -33,6 +33,19 @@ struct EventValueTests {
         #expect(object["when"] == .string("2025-11-29T10:15:30.123Z"))
     }
 
+    @Test func codableRejectsDatesOutsideFourDigitYears() throws {
+        for seconds in [Double.nan, .infinity, 253_402_300_800, -62_167_219_200.001] {
+            #expect(throws: EncodingError.self, "\(seconds)") {
+                _ = try JSONEncoder().encode(EventValue.date(Date(timeIntervalSince1970: seconds)))
+            }
+        }
+        let data = try JSONEncoder().encode(EventValue.date(EventLimits.latestDate))
+        #expect(String(decoding: data, as: UTF8.self) == #""9999-12-31T23:59:59.999Z""#)
+        // `delivered` has no error to give: it clamps to the nearer end.
+        #expect(EventValue.date(Date(timeIntervalSince1970: 1e17)).delivered == "9999-12-31T23:59:59.999Z")
+        #expect(EventValue.date(Date(timeIntervalSince1970: .nan)).delivered == "0000-01-01T00:00:00.000Z")
+    }
+
     @Test func theReaderRejectsMalformedJSON() throws {
         for bad in [
             "", "{", #"{"a":}"#, #"{"a":1,}"#, "[1 2]", #""unterminated"#, "nul", #"{"a":"\x"}"#, "{} trailing",
@@ -41,5 +54,16 @@ struct EventValueTests {
         }
         let parsed = try JSONReader.parse(#" {"a" : [ 1 , -2.5e3 , "\u00e9\ud83d\ude00" ] } "#)
         #expect(parsed == .object(["a": [1, -2500.0, "é😀"]]))
+    }
+
+    @Test func theReaderTurnsUnpairedSurrogatesIntoReplacementCharacters() throws {
+        // A high surrogate followed by an escape that is not a low one used to
+        // underflow a UInt32 and trap.
+        #expect(try JSONReader.parse(#""\ud800\u0041""#) == "\u{FFFD}A")
+        #expect(try JSONReader.parse(#""\ud800\ud83d\ude00""#) == "\u{FFFD}😀")
+        #expect(try JSONReader.parse(#""\ud800x""#) == "\u{FFFD}x")
+        #expect(try JSONReader.parse(#""\udc00\ud800""#) == "\u{FFFD}\u{FFFD}")
+        #expect(try JSONReader.parse(#""\ud800\n""#) == "\u{FFFD}\n")
+        #expect(throws: JSONReader.Failure.self) { _ = try JSONReader.parse(#""\ud800\u00""#) }
     }
 }

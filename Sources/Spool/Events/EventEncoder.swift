@@ -1,3 +1,5 @@
+import Foundation
+
 /// Limits every recorded event must respect. Exceeding one is an
 /// ``EventValidationError``; nothing is stored.
 public enum EventLimits {
@@ -11,6 +13,27 @@ public enum EventLimits {
     /// The encoded parameters, in bytes: 1 MiB, so an event plus its envelope
     /// always fits alone in one 3.5 MB upload.
     public static let maximumEncodedBytes = 1_048_576
+    /// The earliest date a parameter can carry: 0000-01-01T00:00:00.000Z
+    /// (-62 167 219 200 s since 1970), the first instant of ISO 8601's year
+    /// 0000 in the proleptic Gregorian calendar.
+    ///
+    /// Dates are rounded to the nearest millisecond (halves away from 1970)
+    /// before the check, so half a millisecond or more before this is
+    /// rejected (``EventValidationError/dateOutOfRange(path:)``) and less
+    /// than that before it is recorded as this date. NaN and infinite dates
+    /// are always rejected.
+    public static let earliestDate = Date(
+        timeIntervalSince1970: Double(ISO8601Milliseconds.earliestMilliseconds) / 1000)
+    /// The latest date a parameter can carry: 9999-12-31T23:59:59.999Z
+    /// (253 402 300 799.999 s since 1970), the last millisecond a four-digit
+    /// year can express.
+    ///
+    /// Dates are rounded to the nearest millisecond (halves away from 1970)
+    /// before the check, so 9999-12-31T23:59:59.9995Z, which would round
+    /// into year 10000, and anything later is rejected
+    /// (``EventValidationError/dateOutOfRange(path:)``).
+    public static let latestDate = Date(
+        timeIntervalSince1970: Double(ISO8601Milliseconds.latestMilliseconds) / 1000)
 }
 
 /// Encodes parameters straight from ``EventValue`` into canonical JSON bytes,
@@ -19,7 +42,8 @@ public enum EventLimits {
 /// Canonical: object keys sorted (Swift's String order), no whitespace, strings
 /// escaped per RFC 8259, integers as integers, doubles in Swift's shortest
 /// round-trip form (always with a `.` or an exponent, so they read back as
-/// doubles), dates as ISO 8601 strings with milliseconds in UTC. About ten
+/// doubles), dates as ISO 8601 strings with milliseconds in UTC (only dates in
+/// ``EventLimits/earliestDate``...``EventLimits/latestDate``). About ten
 /// times cheaper than `JSONEncoder` for a 10-key object.
 struct EventEncoder {
     private var bytes: [UInt8] = []
@@ -57,8 +81,11 @@ struct EventEncoder {
         case .bool(let bool): bytes.append(contentsOf: bool ? Self.true : Self.false)
         case .null: bytes.append(contentsOf: Self.null)
         case .date(let date):
+            guard let milliseconds = ISO8601Milliseconds.milliseconds(ifRepresentable: date) else {
+                throw .dateOutOfRange(path: "")
+            }
             bytes.append(UInt8(ascii: "\""))
-            ISO8601Milliseconds.append(date, to: &bytes)
+            ISO8601Milliseconds.append(milliseconds: milliseconds, to: &bytes)
             bytes.append(UInt8(ascii: "\""))
         case .array(let array): try writeArray(array, depth: depth + 1)
         case .object(let object): try writeObject(object, depth: depth + 1)
@@ -180,12 +207,15 @@ struct EventEncoder {
 
 extension EventValidationError {
     /// The same error with `component` put in front of its path.
+    ///
+    /// Exhaustive on purpose: a new case with a path must be added here.
     func prefixed(with component: String) -> EventValidationError {
         switch self {
         case .invalidKey(let path): return .invalidKey(path: component + path)
         case .nonFiniteNumber(let path): return .nonFiniteNumber(path: component + path)
         case .nestingTooDeep(let path, let limit): return .nestingTooDeep(path: component + path, limit: limit)
-        default: return self
+        case .dateOutOfRange(let path): return .dateOutOfRange(path: component + path)
+        case .emptyName, .nameTooLong, .invalidName, .tooLarge: return self
         }
     }
 }

@@ -12,6 +12,10 @@ public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvert
     case nonFiniteNumber(path: String)
     /// Arrays and objects nest deeper than the limit.
     case nestingTooDeep(path: String, limit: Int)
+    /// A date is NaN, infinite, or outside what ISO 8601 with four-digit
+    /// years can express: ``EventLimits/earliestDate`` through
+    /// ``EventLimits/latestDate``.
+    case dateOutOfRange(path: String)
     /// The encoded event is larger than the limit, in bytes.
     case tooLarge(bytes: Int, limit: Int)
 
@@ -24,7 +28,13 @@ public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvert
             return "invalid parameter key at \(path) (empty, over 256 bytes or with control characters)"
         case .nonFiniteNumber(let path): return "the number at \(path) is NaN or infinite"
         case .nestingTooDeep(let path, let limit): return "parameters nest deeper than \(limit) levels at \(path)"
+        case .dateOutOfRange(let path):
+            return "the date at \(path) is NaN, infinite or, to the nearest millisecond, outside "
+                + Self.representableDates
         case .tooLarge(let bytes, let limit): return "the encoded event is \(bytes) bytes; the limit is \(limit)"
         }
     }
+
+    static let representableDates =
+        "0000-01-01T00:00:00.000Z through 9999-12-31T23:59:59.999Z (what ISO 8601 with four-digit years can express)"
 }

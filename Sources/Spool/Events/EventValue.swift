@@ -8,8 +8,16 @@ import Foundation
 public enum EventValue: Sendable, Hashable {
     case string(String)
     case int(Int)
+    /// A finite double; NaN and infinity are rejected when recorded.
     case double(Double)
     case bool(Bool)
+    /// A date, recorded as `YYYY-MM-DDTHH:MM:SS.sssZ` to the nearest
+    /// millisecond (halves away from 1970).
+    ///
+    /// Only ``EventLimits/earliestDate`` (0000-01-01T00:00:00.000Z) through
+    /// ``EventLimits/latestDate`` (9999-12-31T23:59:59.999Z) fit four-digit
+    /// years; recording any other date, NaN or infinity throws
+    /// ``EventValidationError/dateOutOfRange(path:)`` and nothing is stored.
     case date(Date)
     case array([EventValue])
     case object([String: EventValue])
@@ -61,6 +69,10 @@ extension EventValue {
 
     /// The value as listeners receive it: dates replaced by their ISO 8601
     /// strings, everything else unchanged.
+    ///
+    /// A date outside ``EventLimits/earliestDate``...``EventLimits/latestDate``
+    /// (which recording rejects) becomes the string of the nearer end (NaN:
+    /// the earliest).
     public var delivered: EventValue {
         switch self {
         case .date(let date): return .string(ISO8601Milliseconds.string(from: date))
@@ -120,7 +132,18 @@ extension EventValue: Codable {
         case .int(let value): try container.encode(value)
         case .double(let value): try container.encode(value)
         case .bool(let value): try container.encode(value)
-        case .date(let value): try container.encode(ISO8601Milliseconds.string(from: value))
+        case .date(let value):
+            guard ISO8601Milliseconds.milliseconds(ifRepresentable: value) != nil else {
+                // The interval, not the Date: errors get printed, and
+                // Foundation's `Date.description` traps for a NaN date (Linux).
+                throw EncodingError.invalidValue(
+                    value.timeIntervalSince1970,
+                    .init(
+                        codingPath: encoder.codingPath,
+                        debugDescription: "the date is NaN, infinite or, to the nearest millisecond, outside "
+                            + EventValidationError.representableDates))
+            }
+            try container.encode(ISO8601Milliseconds.string(from: value))
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
         case .null: try container.encodeNil()

@@ -2,7 +2,24 @@ import Foundation
 
 /// `YYYY-MM-DDTHH:MM:SS.sssZ` in UTC, formatted by hand from the calendar
 /// fields (`ISO8601DateFormatter` costs about 1.7 µs a call on Linux).
+///
+/// The calendar is the proleptic Gregorian one ISO 8601 specifies, and the
+/// year has exactly four digits, so only 0000-01-01T00:00:00.000Z through
+/// 9999-12-31T23:59:59.999Z can be written (``EventLimits/earliestDate`` and
+/// ``EventLimits/latestDate``). A date is first rounded to the nearest
+/// millisecond (halves away from 1970); it is representable when that
+/// millisecond is in the range.
 enum ISO8601Milliseconds {
+    /// 0000-01-01T00:00:00.000Z in milliseconds since 1970: 719 528 days before it.
+    static let earliestMilliseconds: Int64 = -62_167_219_200_000
+    /// 9999-12-31T23:59:59.999Z in milliseconds since 1970: one millisecond
+    /// before 10000-01-01 (2 932 897 days after 1970).
+    static let latestMilliseconds: Int64 = 253_402_300_799_999
+
+    // Both bounds are below 2⁵³, so these doubles are exact.
+    private static let earliest = Double(earliestMilliseconds)
+    private static let latest = Double(latestMilliseconds)
+
     static func string(from date: Date) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(24)
@@ -10,27 +27,62 @@ enum ISO8601Milliseconds {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// The date to the nearest millisecond since 1970, or nil when that is
+    /// outside the representable range (or the date is NaN or infinite).
+    ///
+    /// Rounding, not truncation: a date built from whole milliseconds is
+    /// often a hair below them in binary floating point.
+    @inline(__always)
+    static func milliseconds(ifRepresentable date: Date) -> Int64? {
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        // NaN fails both comparisons; in range, the conversion is exact.
+        guard milliseconds >= earliest, milliseconds <= latest else { return nil }
+        return Int64(milliseconds)
+    }
+
     /// Appends the formatted date (without quotes) to `bytes`.
+    ///
+    /// Total: a date outside the range is clamped to its nearest end, and NaN
+    /// to the earliest, so this never traps and never writes a five-digit
+    /// year. It is meant for timestamps Spool takes itself (`Date()`, stored
+    /// `recordedAt`); a date from a user is checked with
+    /// ``milliseconds(ifRepresentable:)`` first, so it is rejected, not
+    /// silently moved.
     static func append(_ date: Date, to bytes: inout [UInt8]) {
-        // To the nearest millisecond: a date built from whole milliseconds is
-        // often a hair below them in binary floating point.
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        let clamped: Int64
+        if milliseconds >= latest {
+            clamped = latestMilliseconds
+        } else if milliseconds >= earliest {
+            clamped = Int64(milliseconds)
+        } else {
+            clamped = earliestMilliseconds  // also NaN
+        }
+        append(milliseconds: clamped, to: &bytes)
+    }
+
+    /// Appends the date `milliseconds` after 1970, which must be in
+    /// `earliestMilliseconds...latestMilliseconds`.
+    static func append(milliseconds: Int64, to bytes: inout [UInt8]) {
         let (days, millisecondOfDay) = floorDivide(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let second = millisecondOfDay / 1000
-        digits(year, width: 4, into: &bytes)
+        twoDigits(year / 100, into: &bytes)
+        twoDigits(year % 100, into: &bytes)
         bytes.append(UInt8(ascii: "-"))
-        digits(month, width: 2, into: &bytes)
+        twoDigits(month, into: &bytes)
         bytes.append(UInt8(ascii: "-"))
-        digits(day, width: 2, into: &bytes)
+        twoDigits(day, into: &bytes)
         bytes.append(UInt8(ascii: "T"))
-        digits(second / 3600, width: 2, into: &bytes)
+        twoDigits(second / 3600, into: &bytes)
         bytes.append(UInt8(ascii: ":"))
-        digits(second / 60 % 60, width: 2, into: &bytes)
+        twoDigits(second / 60 % 60, into: &bytes)
         bytes.append(UInt8(ascii: ":"))
-        digits(second % 60, width: 2, into: &bytes)
+        twoDigits(second % 60, into: &bytes)
         bytes.append(UInt8(ascii: "."))
-        digits(millisecondOfDay % 1000, width: 3, into: &bytes)
+        let millisecond = millisecondOfDay % 1000
+        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: millisecond / 100))
+        twoDigits(millisecond % 100, into: &bytes)
         bytes.append(UInt8(ascii: "Z"))
     }
 
@@ -57,28 +109,10 @@ enum ISO8601Milliseconds {
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 
-    /// Appends `value` zero-padded to `width` digits (more if it needs them).
+    /// Appends `value`, in 0...99, as two digits.
     @inline(__always)
-    private static func digits(_ value: Int64, width: Int, into bytes: inout [UInt8]) {
-        if width == 2 && value >= 0 && value < 100 {
-            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10))
-            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10))
-            return
-        }
-        var value = value
-        if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            value = -value
-        }
-        var divisor: Int64 = 1
-        var count = 1
-        while count < width || divisor * 10 <= value {
-            divisor *= 10
-            count += 1
-        }
-        while divisor > 0 {
-            bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-            divisor /= 10
-        }
+    private static func twoDigits(_ value: Int64, into bytes: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10))
+        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10))
     }
 }

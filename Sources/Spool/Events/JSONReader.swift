@@ -3,7 +3,8 @@
 ///
 /// Numbers with a fraction or exponent read as `.double`, others as `.int`
 /// (as ``EventEncoder`` writes them); dates were stored as strings and read
-/// back as strings.
+/// back as strings. Nothing in the input can make it trap: a malformed or
+/// out-of-range number is a ``Failure``.
 struct JSONReader {
     struct Failure: Error, Sendable, Hashable {
         let offset: Int
@@ -147,10 +148,16 @@ struct JSONReader {
                     if (0xD800..<0xDC00).contains(scalar), index + 1 < bytes.count,
                         bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
                     {
+                        let next = index
                         index += 2
                         let low = try readHex4()
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        if (0xDC00..<0xE000).contains(low) {
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else {
+                            index = next  // not a pair: that escape is read on its own
+                        }
                     }
+                    // An unpaired surrogate is no scalar: U+FFFD, as String(decoding:) does.
                     output.append(contentsOf: String(Unicode.Scalar(scalar) ?? "\u{FFFD}").utf8)
                 default: throw failure("invalid escape")
                 }
@@ -180,26 +187,47 @@ struct JSONReader {
         return value
     }
 
+    /// An RFC 8259 number. An integer past `Int` reads as the nearest double
+    /// (as SQLite's JSON functions do); a number past `Double` is a failure,
+    /// since no ``EventValue`` can carry infinity.
     private mutating func readNumber() throws(Failure) -> EventValue {
         let start = index
-        var isInteger = true
-        while index < bytes.count {
-            let byte = bytes[index]
-            if (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") {
-                index += 1
-            } else if byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
-                || byte == UInt8(ascii: "+")
-            {
-                isInteger = false
-                index += 1
-            } else {
-                break
+        skip(UInt8(ascii: "-"))
+        if !skip(UInt8(ascii: "0")) {
+            guard index < bytes.count, (UInt8(ascii: "1")...UInt8(ascii: "9")).contains(bytes[index]) else {
+                throw failure("invalid number")
             }
+            skipDigits()
+        }
+        var isInteger = true
+        if skip(UInt8(ascii: ".")) {
+            isInteger = false
+            guard skipDigits() else { throw failure("invalid number") }
+        }
+        if skip(UInt8(ascii: "e")) || skip(UInt8(ascii: "E")) {
+            isInteger = false
+            _ = skip(UInt8(ascii: "+")) || skip(UInt8(ascii: "-"))
+            guard skipDigits() else { throw failure("invalid number") }
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         if isInteger, let int = Int(text) { return .int(int) }
-        guard let double = Double(text), !text.isEmpty else { throw failure("invalid number") }
+        guard let double = Double(text), double.isFinite else { throw failure("number out of range") }
         return .double(double)
+    }
+
+    @discardableResult
+    private mutating func skip(_ byte: UInt8) -> Bool {
+        guard index < bytes.count, bytes[index] == byte else { return false }
+        index += 1
+        return true
+    }
+
+    /// Skips `[0-9]*`; false when there was none.
+    @discardableResult
+    private mutating func skipDigits() -> Bool {
+        let start = index
+        while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) { index += 1 }
+        return index > start
     }
 }
 
