@@ -89,7 +89,7 @@ package final class EventLog: Sendable {
     /// them has its position moved past them and its `dropped` count raised.
     /// `nil` keeps everything until every consumer has finished it.
     package func setMaximumRetainedEvents(_ maximum: Int?) {
-        state.withLock { $0.maximumRetainedEvents = maximum }
+        state.withLock { $0.maximumRetainedEvents = maximum.map { max(1, $0) } }
     }
 
     /// Called on the database queue after each successful commit, with the

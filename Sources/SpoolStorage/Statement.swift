@@ -51,8 +51,10 @@ package final class Statement {
             return
         }
         let code = value.withUTF8 { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { chars in
-                spool_bind_text(handle, index, chars.baseAddress, Int32(chars.count))
+            // SQLite takes an Int32 length; a longer string is SQLite's "too big".
+            guard let length = Int32(exactly: bytes.count) else { return SQLITE_TOOBIG }
+            return bytes.withMemoryRebound(to: CChar.self) { chars in
+                spool_bind_text(handle, index, chars.baseAddress, length)
             }
         }
         try check(code)
@@ -90,7 +92,8 @@ package final class Statement {
     // MARK: - Columns (0-based indexes, as in SQLite)
 
     package func int64(at column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    package func int(at column: Int32) -> Int { Int(sqlite3_column_int64(handle, column)) }
+    /// The column as an `Int`, clamped where `Int` is 32 bits (watchOS on arm64_32).
+    package func int(at column: Int32) -> Int { Int(clamping: sqlite3_column_int64(handle, column)) }
     package func double(at column: Int32) -> Double { sqlite3_column_double(handle, column) }
     package func isNull(at column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
 

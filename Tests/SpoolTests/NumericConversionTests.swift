@@ -151,3 +151,43 @@ struct NumericConversionTests {
         }
     }
 }
+
+/// Configuration values from a host app that used to trap.
+struct ConfigurationEdgeTests {
+    @Test("a retention bound of 0 or Int.min is one event, not a crash", arguments: [0, -1, Int.min])
+    func nonPositiveRetention(_ maximum: Int) async throws {
+        let engine = EventEngine(configuration: EngineConfiguration(maximumRetainedEvents: maximum))
+        #expect(try engine.record("before_start") == .queuedUntilSessionStart)
+        #expect(try engine.record("second") == .queuedUntilSessionStart)
+        try await engine.start()
+        try engine.record("after_start")
+        try await engine.settle()
+        await engine.close()
+    }
+
+    @Test("an infinite or huge request timeout is clamped, not a trap", arguments: [Double.infinity, 1e300, 9.3e15])
+    func hugeRequestTimeout(_ timeout: Double) async throws {
+        let dispatcher = DefaultEventDispatcher(requestTimeout: timeout)
+        #expect(dispatcher.requestTimeout == 86_400)
+        // A request to a closed loopback port answers at once.
+        let outcome = await withCheckedContinuation { continuation in
+            dispatcher.dispatchEvent(
+                event: EventForDispatch(url: URL(string: "http://127.0.0.1:9/x")!, body: Data("{}".utf8))
+            ) {
+                continuation.resume(returning: $0)
+            }
+        }
+        #expect(!outcome.isSuccess)
+    }
+
+    @Test("sleep intervals saturate instead of trapping")
+    func sleepIntervals() {
+        #expect(Uploader.nanoseconds(.nan) == 0)
+        #expect(Uploader.nanoseconds(-1) == 0)
+        #expect(Uploader.nanoseconds(.infinity) == UInt64(Int64.max))
+        #expect(Uploader.nanoseconds(1e300) == UInt64(Int64.max))
+        #expect(Uploader.nanoseconds(1.5) == 1_500_000_000)
+        #expect(EventID.milliseconds(since1970: -5) == 0)
+        #expect(EventID.milliseconds(since1970: .infinity) == 281_474_976_710_655)
+    }
+}

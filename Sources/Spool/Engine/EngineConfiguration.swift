@@ -21,7 +21,8 @@ public struct EngineConfiguration: Sendable {
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
     /// (durable listeners, the uploader). Past it the oldest give way and are
-    /// counted as dropped per consumer. `nil` keeps everything.
+    /// counted as dropped per consumer. `nil` keeps everything; values below 1
+    /// count as 1.
     public var maximumRetainedEvents: Int?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
     /// feeds listeners and durable listeners).

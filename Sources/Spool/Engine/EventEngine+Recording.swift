@@ -74,7 +74,7 @@ extension EventEngine {
     }
 
     /// The most events held while no session runs.
-    var waitingLimit: Int { configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize }
+    var waitingLimit: Int { max(1, configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize) }
 
     /// Events that gave way while waiting for a session (the waiting queue is
     /// bounded like the log; the oldest go first).
@@ -120,7 +120,7 @@ extension EventEngine {
             guard let log = state.log, let sessionID = state.sessionID else {
                 // Bounded like the log: past it the oldest waiting event gives way.
                 var displaced: Waiting?
-                if state.waiting.count >= waitingLimit {
+                if state.waiting.count >= waitingLimit, !state.waiting.isEmpty {
                     displaced = state.waiting.removeFirst()
                     state.waitingDropped += 1
                 }

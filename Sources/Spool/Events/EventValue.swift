@@ -108,6 +108,8 @@ extension Dictionary where Key == String, Value == EventValue {
 extension EventValue: Codable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
+        // try?: each probe asks "is it this JSON type?"; a miss tries the next,
+        // and the last one throws, so no value is dropped silently.
         if container.decodeNil() {
             self = .null
         } else if let value = try? container.decode(Bool.self) {

@@ -166,7 +166,7 @@ package final class DeliveryQueue: @unchecked Sendable {
             }
             let events = limit.map { limit in page.filter { $0.seq < limit } } ?? page
             if let first = events.first, first.seq > after + 1 {
-                reportMissed(Int(first.seq - after - 1), to: state.durable)
+                reportMissed(Int(clamping: first.seq - after - 1), to: state.durable)
             }
             for event in events {
                 if policy.allows(event.name), let listener = state.durable.listener.object {
@@ -180,7 +180,7 @@ package final class DeliveryQueue: @unchecked Sendable {
         }
         // Everything between the position and `limit` was dropped.
         if let limit, state.deliveredThrough < limit - 1 {
-            reportMissed(Int(limit - 1 - state.deliveredThrough), to: state.durable)
+            reportMissed(Int(clamping: limit - 1 - state.deliveredThrough), to: state.durable)
             state.deliveredThrough = limit - 1
         }
     }

@@ -48,7 +48,8 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         self.timerInterval = timerInterval < 0 || !timerInterval.isFinite ? Self.defaultTimerInterval : timerInterval
         let queueSize = maxQueueSize < 100 ? Self.defaultMaxQueueSize : maxQueueSize
         self.maxQueueSize = max(queueSize, batchSize)
-        self.requestTimeout = requestTimeout > 0 ? requestTimeout : 30
+        // Positive and at most a day: URLSession traps on huge or infinite timeouts.
+        self.requestTimeout = requestTimeout > 0 ? min(requestTimeout, 86_400) : 30
         transport = HTTPTransport(requestTimeout: self.requestTimeout)
     }
 

@@ -33,7 +33,7 @@ public struct RetryPolicy: Sendable, Hashable {
         if let retryAfter { return min(max(0, retryAfter), maximumRetryAfter) }
         let exponent = Double(max(0, attempt - 1))
         let base = min(maximumDelay, initialDelay * pow(multiplier, min(exponent, 64)))
-        let unit = Double(random.next() >> 11) / Double(1 << 53)
+        let unit = Double(random.next() >> 11) * 0x1p-53  // [0, 1), the same on 32-bit Int
         return base * (jitter.lowerBound + (jitter.upperBound - jitter.lowerBound) * unit)
     }
 }

@@ -438,11 +438,12 @@ actor Uploader {
     }
 
     /// `seconds` as whole nanoseconds for `Task.sleep`, saturating instead of
-    /// trapping on a huge or non-finite interval.
+    /// trapping on a huge or non-finite interval. The cap is `Int64.max`:
+    /// older concurrency runtimes end a longer sleep at once.
     static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
         let nanoseconds = seconds * 1e9
-        guard nanoseconds.isFinite, nanoseconds > 0 else { return nanoseconds > 0 ? .max : 0 }
-        return nanoseconds >= 1.8e19 ? .max : UInt64(nanoseconds)
+        guard nanoseconds > 0 else { return 0 }  // also NaN
+        return nanoseconds < 9.2e18 ? UInt64(nanoseconds) : UInt64(Int64.max)
     }
 
     // MARK: - Statistics
