@@ -98,7 +98,9 @@ struct ProcessBoundaryTests {
         #expect(busy == 0)
     }
 
-    @Test("a full disk (RLIMIT_FSIZE): failed commits say stillBuffered and commit later, bufferFull refuses, nothing duplicated")
+    @Test(
+        "a full disk (RLIMIT_FSIZE): failed commits say stillBuffered and commit later, bufferFull refuses, nothing duplicated"
+    )
     func fullDiskInAChildProcess() async throws {
         let directory = TemporaryDirectory()
         let path = directory.databaseURL.path
@@ -108,7 +110,9 @@ struct ProcessBoundaryTests {
         func markers(_ prefix: String) -> [String] {
             lines.filter { $0.hasPrefix(prefix + " ") }.map { String($0.split(separator: " ")[1]) }
         }
-        let (acked, buffered, queued, refused) = (markers("ACK"), markers("BUFFERED"), markers("QUEUED"), markers("REFUSED"))
+        let (acked, buffered, queued, refused) = (
+            markers("ACK"), markers("BUFFERED"), markers("QUEUED"), markers("REFUSED")
+        )
         let errors = lines.filter { $0.hasPrefix("ERR") }
         print(
             "full disk: \(acked.count) acknowledged, \(buffered.count) stillBuffered, \(queued.count) queued, "
@@ -130,5 +134,142 @@ struct ProcessBoundaryTests {
         for marker in refused { #expect(stored[marker] == nil, "\(marker) was refused, never stored") }
         let diagnostics = try #require(lines.first { $0.hasPrefix("DIAG") })
         #expect(!diagnostics.contains("commitFailed=0") && !diagnostics.contains("commitRecovered=0"), "\(diagnostics)")
+    }
+
+    @Test("a durable listener id belongs to one process at a time; another takes over when the holder dies")
+    func durableListenerHeldByAnotherProcess() async throws {
+        let directory = TemporaryDirectory()
+        let holder = try Child([directory.databaseURL.path, "holder", "--engine"], in: directory, name: "holder")
+        for _ in 0..<200 where !((try? String(contentsOf: holder.output, encoding: .utf8)) ?? "").contains("GOT ") {
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        let diagnostics = Protected<[SpoolDiagnostic.Kind]>([])
+        let listener = CollectingListener()
+        let engine = try await startedEngine(directory) { configuration in
+            configuration.maximumRetainedEvents = nil
+            configuration.diagnosticHandler = { diagnostic in diagnostics.withLock { $0.append(diagnostic.kind) } }
+        } before: { engine in
+            engine.events.addDurableObserver(listener, id: "crash")
+        }
+        for index in 0..<5 { try await engine.recordDurably("mine", parameters: ["id": .string("mine-\(index)")]) }
+        try await engine.settle()
+        #expect(diagnostics.withLock { $0.contains(.durableListenerHeldElsewhere) })
+        #expect(listener.received.withLock { $0.isEmpty }, "nothing is delivered here while the other process holds it")
+
+        kill(holder.process.processIdentifier, SIGKILL)
+        _ = await holder.finish(timeout: 10)
+        func mine() -> Set<String> {
+            Set(
+                listener.received.withLock {
+                    $0.compactMap { $0.parameters["id"]?.stringValue }.filter { $0.hasPrefix("mine-") }
+                })
+        }
+        for _ in 0..<300 where mine().count < 5 { try await Task.sleep(nanoseconds: 50_000_000) }
+        #expect(
+            mine() == Set((0..<5).map { "mine-\($0)" }), "taken over after the holder died, caught up from its position"
+        )
+        await engine.close()
+    }
+
+    @Test(
+        "a really full file system (a 2 MB tmpfs): stillBuffered, bufferFull, then everything committed once, when space returns",
+        .enabled(if: SmallFileSystem.canMount, "mounting a tmpfs needs root and CAP_SYS_ADMIN; skipped without them")
+    )
+    func fullFileSystem() async throws {
+        let directory = TemporaryDirectory()
+        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 2)
+        defer { mount.unmount() }
+        let engine = EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(mount.url.appendingPathComponent("spool.sqlite")),
+                writeBuffer: WriteBufferLimit(maximumEvents: 30, maximumBytes: 1 << 20)))
+        try await engine.start()
+        let padding = EventValue.string(String(repeating: "f", count: 1_500))
+        var (acked, buffered, queued, refused) = ([String](), [String](), [String](), [String]())
+        for index in 0..<5 {
+            _ = try await engine.recordDurably("fs_event", parameters: ["id": .string("a\(index)"), "pad": padding])
+            acked.append("a\(index)")
+        }
+        let filler = try mount.fill()
+        for index in 0..<2_000 where buffered.count < 5 {
+            let marker = "b\(index)"
+            do {
+                _ = try await engine.recordDurably("fs_event", parameters: ["id": .string(marker), "pad": padding])
+                acked.append(marker)
+            } catch SpoolError.stillBuffered(_, let reason) {
+                #expect(reason.resultCode == .full, "\(reason)")
+                buffered.append(marker)
+            }
+        }
+        for index in 0..<60 {
+            let marker = "c\(index)"
+            do {
+                try engine.record("fs_event", parameters: ["id": .string(marker), "pad": padding])
+                queued.append(marker)
+            } catch SpoolError.bufferFull {
+                refused.append(marker)
+            }
+        }
+        #expect(buffered.count == 5 && !refused.isEmpty, "buffered \(buffered.count), refused \(refused.count)")
+        try FileManager.default.removeItem(at: filler)  // space comes back
+        try await engine.settle()  // the next retry commits what waited
+        _ = try await engine.recordDurably("fs_event", parameters: ["id": "after", "pad": padding])
+        let counts = engine.diagnosticCounts
+        #expect((counts.occurrences[.commitFailed] ?? 0) > 0 && (counts.occurrences[.commitRecovered] ?? 0) > 0)
+        let stored = try await engine.query { connection in
+            try connection.readEvents(after: 0, limit: .max).map {
+                EventValue.parameters(fromJSON: $0.parametersJSON)["id"]?.stringValue ?? ""
+            }
+        }
+        await engine.close()
+        for marker in acked + buffered + queued + ["after"] {
+            #expect(stored.filter { $0 == marker }.count == 1, "\(marker) stored exactly once")
+        }
+        for marker in refused { #expect(!stored.contains(marker), "\(marker) was refused, never stored") }
+        print(
+            "full tmpfs: \(acked.count) acknowledged, \(buffered.count) stillBuffered (SQLITE_FULL), "
+                + "\(queued.count) queued, \(refused.count) refused; all committed once after space returned")
+    }
+}
+
+/// A tmpfs of a few megabytes, mounted for one test: a file system that
+/// really fills up (ENOSPC, SQLITE_FULL).
+struct SmallFileSystem {
+    let url: URL
+
+    /// Whether this process may mount one (root with CAP_SYS_ADMIN, Linux).
+    static let canMount: Bool = {
+        #if os(Linux)
+            let probe = FileManager.default.temporaryDirectory.appendingPathComponent("spool-tmpfs-probe-\(getpid())")
+            guard (try? FileManager.default.createDirectory(at: probe, withIntermediateDirectories: true)) != nil,
+                let mounted = try? SmallFileSystem(at: probe, megabytes: 1)
+            else { return false }
+            mounted.unmount()
+            return true
+        #else
+            return false
+        #endif
+    }()
+
+    init(at url: URL, megabytes: Int) throws {
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let status = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", url.path]).status
+        guard status == 0 else { throw SpoolError.invalidConfiguration("mount refused (\(status))") }
+        self.url = url
+    }
+
+    /// Writes a file until the file system is full and returns it.
+    func fill() throws -> URL {
+        let filler = url.appendingPathComponent("filler")
+        let descriptor = open(filler.path, O_WRONLY | O_CREAT, 0o600)
+        guard descriptor >= 0 else { throw SpoolError.invalidConfiguration("cannot create \(filler.path)") }
+        defer { close(descriptor) }
+        let chunk = [UInt8](repeating: 0, count: 4_096)
+        while write(descriptor, chunk, chunk.count) > 0 {}
+        return filler
+    }
+
+    func unmount() {
+        _ = try? runProcess("/bin/umount", [url.path])  // try?: a test's last step; a leftover mount is harmless
     }
 }

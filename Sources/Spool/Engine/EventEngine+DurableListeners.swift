@@ -64,7 +64,12 @@ extension EventEngine {
 
     /// Takes `durable`'s lease and starts its delivery (on the database
     /// queue, so every later commit reaches the delivery queue after it).
-    private func attach(_ durable: EventObservers.Durable, log: EventLog, connection: Connection) {
+    ///
+    /// Held by another process, it tries again every few seconds (a dead
+    /// holder's lease is taken at once), reporting it once.
+    private func attach(
+        _ durable: EventObservers.Durable, log: EventLog, connection: Connection, reportHeld: Bool = true
+    ) {
         log.database.assertOnQueue()
         // Still wanted? It may have been removed or replaced meanwhile.
         guard events.durableSnapshot().contains(where: { $0 === durable }) else { return }
@@ -76,14 +81,16 @@ extension EventEngine {
                 if let lease = try connection.acquireLease(
                     consumer, owner: owner, now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
                 {
-                    let wait = max(1, min(Self.durableLeaseDuration, lease.expires - Date().timeIntervalSince1970))
-                    diagnosticsCenter.report(
-                        .durableListenerHeldElsewhere,
-                        "durable listener \(durable.id) is attached in another process (\(lease.owner)); "
-                            + "trying again in \(Int(wait.rounded())) s")
+                    let wait = max(0.2, min(5, lease.expires - Date().timeIntervalSince1970))
+                    if reportHeld {
+                        diagnosticsCenter.report(
+                            .durableListenerHeldElsewhere,
+                            "durable listener \(durable.id) is attached in another process (\(lease.owner)); "
+                                + "it is attached here once that process lets go or is gone")
+                    }
                     log.database.asyncAfter(wait) { [weak self, weak log] connection in
                         guard let self, let log, let connection else { return }
-                        self.attach(durable, log: log, connection: connection)
+                        self.attach(durable, log: log, connection: connection, reportHeld: false)
                     }
                     return nil
                 }
@@ -120,20 +127,20 @@ extension EventEngine {
             }
             guard !held.isEmpty else { return }
             do {
-                    let renewed = try connection.renewLeases(
-                        owner: self.leaseOwner, prefix: EventObservers.Durable.consumerID(for: ""),
-                        now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
-                    for id in held where !renewed.contains(EventObservers.Durable.consumerID(for: id)) {
-                        self.heldDurables.withLock { _ = $0.held.remove(id) }
-                        self.delivery.detach(id)
-                        if let durable = self.events.durableSnapshot().first(where: { $0.id == id }) {
-                            self.attach(durable, log: log, connection: connection)
-                        }
+                let renewed = try connection.renewLeases(
+                    owner: self.leaseOwner, prefix: EventObservers.Durable.consumerID(for: ""),
+                    now: Date().timeIntervalSince1970, duration: Self.durableLeaseDuration)
+                for id in held where !renewed.contains(EventObservers.Durable.consumerID(for: id)) {
+                    self.heldDurables.withLock { _ = $0.held.remove(id) }
+                    self.delivery.detach(id)
+                    if let durable = self.events.durableSnapshot().first(where: { $0.id == id }) {
+                        self.attach(durable, log: log, connection: connection)
                     }
-                } catch {
-                    self.diagnosticsCenter.report(
-                        .durableListenerStalled, error: SpoolError.bridge(error),
-                        "durable listener leases could not be renewed")
+                }
+            } catch {
+                self.diagnosticsCenter.report(
+                    .durableListenerStalled, error: SpoolError.bridge(error),
+                    "durable listener leases could not be renewed")
             }
             self.renewDurableLeases(log, after: Self.durableLeaseRenewal)
         }

@@ -306,7 +306,8 @@ public final class EventEngine: Sendable {
     /// a new one begins.
     public func startSession() {
         let sessionID = EventID.make(
-            milliseconds: EventID.milliseconds(since1970: Date().timeIntervalSince1970), random: UInt64.random(in: 0...UInt64.max),
+            milliseconds: EventID.milliseconds(since1970: Date().timeIntervalSince1970),
+            random: UInt64.random(in: 0...UInt64.max),
             UInt64.random(in: 0...UInt64.max))
         let (notify, sessionStartError) = state.withLock {
             state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
