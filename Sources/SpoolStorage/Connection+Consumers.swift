@@ -12,20 +12,26 @@ package enum ConsumerStart: Sendable {
 
 extension Connection {
     /// Registers `consumer` if it has no row yet and returns its position.
+    ///
+    /// One write transaction: another process registering the same consumer
+    /// at the same moment (an app and its extension on first launch) finds
+    /// the row the first one made.
     package func registerConsumer(_ consumer: String, startingAt start: ConsumerStart) throws -> Int64 {
-        if let position = try position(of: consumer) { return position }
-        let position: Int64
-        switch start {
-        case .oldest: position = 0
-        case .end: position = try headPosition()
+        try transaction {
+            if let position = try position(of: consumer) { return position }
+            let position: Int64
+            switch start {
+            case .oldest: position = 0
+            case .end: position = try headPosition()
+            }
+            try withStatement("INSERT INTO consumers (id, position, updated_at) VALUES (?, ?, ?)") { statement in
+                try statement.bind(consumer, at: 1)
+                try statement.bind(position, at: 2)
+                try statement.bind(Date().timeIntervalSince1970, at: 3)
+                try statement.step()
+            }
+            return position
         }
-        try withStatement("INSERT INTO consumers (id, position, updated_at) VALUES (?, ?, ?)") { statement in
-            try statement.bind(consumer, at: 1)
-            try statement.bind(position, at: 2)
-            try statement.bind(Date().timeIntervalSince1970, at: 3)
-            try statement.step()
-        }
-        return position
     }
 
     /// The last position `consumer` finished, or nil when it is unknown.

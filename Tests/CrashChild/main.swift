@@ -21,6 +21,10 @@
 //             "BUFFERED <marker>" (stillBuffered), "REFUSED <marker>"
 //             (bufferFull) or "ERR <marker> <error>", then lifts the limit,
 //             closes and prints "CLOSED <uncommitted>" and the diagnostic counts.
+// --open START_AT
+//             Waits until START_AT, then starts an engine with an uploader and
+//             a durable listener (every first-launch registration), prints
+//             "READY" or "STARTFAIL <error>", and closes.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -164,6 +168,25 @@ case "--disk-full":
         "DIAG commitFailed=\(counts.occurrences[.commitFailed] ?? 0) "
             + "commitRecovered=\(counts.occurrences[.commitRecovered] ?? 0) "
             + "recordRefused=\(counts.occurrences[.recordRefused] ?? 0)")
+    exit(0)
+
+case "--open":
+    guard arguments.count >= 5, let startAt = Double(arguments[4]) else { exit(2) }
+    let engine = EventEngine(
+        configuration: EngineConfiguration(
+            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"),
+            dispatcher: DefaultEventDispatcher(timerInterval: 3_600)))
+    let printer = Printer()
+    engine.events.addDurableObserver(printer, id: "open")
+    let wait = startAt - Date().timeIntervalSince1970
+    if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
+    do {
+        try await engine.start()
+        emit("READY")
+    } catch {
+        emit("STARTFAIL \(error)")
+    }
+    await engine.close()
     exit(0)
 
 case "--cycles":

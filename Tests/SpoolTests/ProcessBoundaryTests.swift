@@ -98,6 +98,23 @@ struct ProcessBoundaryTests {
         #expect(busy == 0)
     }
 
+    @Test("four processes opening one new file at the same moment all start (five rounds)")
+    func manyProcessesOpenANewFileTogether() async throws {
+        for round in 0..<5 {
+            let directory = TemporaryDirectory()
+            let startAt = Date().timeIntervalSince1970 + 0.8
+            let children = try (0..<4).map { index in
+                try Child(
+                    [directory.databaseURL.path, "o\(index)", "--open", "\(startAt)"], in: directory,
+                    name: "open\(index)")
+            }
+            for (index, child) in children.enumerated() {
+                let lines = await child.finish(timeout: 30)
+                #expect(lines.first == "READY", "round \(round), process \(index): \(lines.prefix(2))")
+            }
+        }
+    }
+
     @Test(
         "a full disk (RLIMIT_FSIZE): failed commits say stillBuffered and commit later, bufferFull refuses, nothing duplicated"
     )
