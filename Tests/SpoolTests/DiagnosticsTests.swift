@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// What Spool cannot return to a caller reaches the diagnostics channel.
+struct DiagnosticsTests {
+    /// Caps the engine's database file at its current size: every commit
+    /// that needs a new page fails with a real SQLITE_FULL.
+    func fillUp(_ engine: EventEngine) async throws {
+        try await engine.query { connection in
+            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            let pages = try connection.scalarInt("PRAGMA page_count")
+            _ = try connection.scalarInt("PRAGMA max_page_count = \(pages)")
+        }
+    }
+
+    @Test("commit failures, their recovery and refused records reach the handler, the stream and the counts")
+    func failuresAndRecoveryAreReported() async throws {
+        let directory = TemporaryDirectory()
+        let handled = Protected<[SpoolDiagnostic.Kind]>([])
+        let engine = try await startedEngine(directory) { configuration in
+            configuration.writeBuffer = WriteBufferLimit(maximumEvents: 20, maximumBytes: 1 << 20)
+            configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic.kind) } }
+        }
+        let stream = engine.diagnostics()
+        try await fillUp(engine)
+        let big = EventValue.string(String(repeating: "x", count: 20_000))
+        await #expect(throws: SpoolError.self) { try await engine.recordDurably("big", parameters: ["pad": big]) }
+        var refused = 0
+        for _ in 0..<40 {
+            do { try engine.record("big", parameters: ["pad": big]) } catch SpoolError.bufferFull { refused += 1 }
+        }
+        #expect(refused > 0)
+        try await engine.query { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        try await engine.settle()
+
+        var streamed: [SpoolDiagnostic.Kind] = []
+        for await diagnostic in stream {
+            streamed.append(diagnostic.kind)
+            if diagnostic.kind == .commitRecovered { break }
+        }
+        #expect(streamed.contains(.commitFailed) && streamed.contains(.recordRefused))
+        let counts = engine.diagnosticCounts
+        #expect(counts.occurrences[.commitFailed, default: 0] >= 1)
+        #expect(counts.occurrences[.commitRecovered] == 1)
+        #expect(counts.events[.recordRefused] == refused)
+        await engine.close()
+        #expect(handled.withLock { $0.contains(.commitFailed) && $0.contains(.commitRecovered) })
+    }
+
+    @Test("close() reports the events it could not commit, and returns how many")
+    func closeReportsWhatItCouldNotCommit() async throws {
+        let directory = TemporaryDirectory()
+        let handled = Protected<[SpoolDiagnostic]>([])
+        let engine = try await startedEngine(directory) { configuration in
+            configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic) } }
+        }
+        try await fillUp(engine)
+        let big = EventValue.string(String(repeating: "x", count: 20_000))
+        for _ in 0..<5 { try engine.record("big", parameters: ["pad": big]) }
+        let uncommitted = await engine.close()
+        #expect(uncommitted == 5)
+        let report = handled.withLock { $0.first { $0.kind == .uncommittedAtClose } }
+        #expect(report?.eventCount == 5)
+        #expect((report?.error as? SQLiteError)?.resultCode == .full, "\(String(describing: report))")
+    }
+}
