@@ -39,14 +39,13 @@ func checkpointAndTruncateWAL(_ url: URL) {
     raw.exec("PRAGMA wal_checkpoint(TRUNCATE)")
 }
 
-/// Evaluates `condition` `times` times on its own connection to the database
-/// at `url` and returns each evaluation's duration in nanoseconds: the SQL
-/// cost without any queue hop.
-func measureEvaluation(_ condition: SurveyCondition, times: Int, databaseAt url: URL) throws -> [UInt64] {
-    let database = try DatabaseQueue(path: url.path)
-    defer { database.close() }
+/// Evaluates `condition` `times` times on the engine's own connection, on
+/// its database queue, and returns each evaluation's duration in
+/// nanoseconds: the SQL cost without the hop.
+func measureEvaluation(_ condition: SurveyCondition, times: Int, in engine: EventEngine) async throws -> [UInt64] {
+    guard let database = engine.databaseQueue else { throw SpoolError.notStarted }
     let now = Date().timeIntervalSince1970
-    return try database.sync { connection in
+    return try await database.run { connection in
         try (0..<times).map { _ in
             let start = DispatchTime.now().uptimeNanoseconds
             _ = try condition.holds(at: now, in: connection)

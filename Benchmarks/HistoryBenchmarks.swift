@@ -38,7 +38,7 @@ struct HistoryBenchmarks {
         ]
         for (index, (label, condition)) in cases.enumerated() {
             let samples = Samples(
-                values: try measureEvaluation(condition, times: quick ? 2_000 : 10_000, databaseAt: scratch.database)
+                values: try await measureEvaluation(condition, times: quick ? 2_000 : 10_000, in: engine)
                     .map {
                         Double($0) / 1_000
                     })

@@ -284,6 +284,11 @@ public final class EventEngine: Sendable {
         }
     }
 
+    /// The open database's queue, for package-level tools (spool-bench).
+    package var databaseQueue: DatabaseQueue? {
+        state.withLock { $0.log?.database }
+    }
+
     // MARK: - Diagnostics
 
     /// Every diagnostic from now on, as an `AsyncSequence` (on the delivery

@@ -18,5 +18,11 @@ final class WeakBox<Object>: @unchecked Sendable {
     }
 
     /// The object, or nil once it was released.
-    var object: Object? { reference as? Object }
+    var object: Object? {
+        // Unwrapped first: Swift 6.3's optimizer turns `nil as? Object` on a
+        // weak AnyObject into a cast of a null pointer (a crash in release
+        // builds, seen in spool-bench).
+        guard let reference else { return nil }
+        return reference as? Object
+    }
 }
