@@ -6,24 +6,21 @@ import SpoolStorage
 // library's package-level parts: the library itself ships no benchmark hooks.
 
 extension EventEngine {
-    /// Pushes `count` synthetic committed events through the engine's real
-    /// delivery queue in commit-sized groups and returns once all are
-    /// delivered: the listener fan-out cost alone, without the commit in
-    /// front of it.
+    /// Pushes `count` synthetic committed events (parameters `json`) through
+    /// the engine's real delivery queue in commit-sized groups and returns
+    /// once all are delivered: the listener fan-out cost alone — reading the
+    /// parameters back from JSON once per event, then every listener —
+    /// without the commit in front of it.
     func deliverSyntheticEvents(
-        _ count: Int, name: String, parameters: [String: EventValue], groupSize: Int = 4_096
+        _ count: Int, name: String, json: String, groupSize: Int = 4_096
     ) async {
-        let json = #"{"i":1}"#
         var seq: Int64 = 0
         var remaining = count
         while remaining > 0 {
-            let group = (0..<min(groupSize, remaining)).map { _ -> CommittedEvent in
+            let group = (0..<min(groupSize, remaining)).map { _ -> StoredEvent in
                 seq += 1
-                return CommittedEvent(
-                    stored: StoredEvent(
-                        seq: seq, id: "", name: name, parametersJSON: json, recordedAt: 0, sessionID: nil,
-                        priority: false),
-                    attachment: parameters)
+                return StoredEvent(
+                    seq: seq, id: "", name: name, parametersJSON: json, recordedAt: 0, sessionID: nil, priority: false)
             }
             remaining -= group.count
             delivery.enqueue(group)

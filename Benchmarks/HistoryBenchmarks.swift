@@ -99,7 +99,7 @@ struct HistoryBenchmarks {
         let start = now()
         let perName = events / 200
         for index in 0..<200 {
-            await engine.deliverSyntheticEvents(perName, name: "event_\(index)", parameters: ["i": 1], groupSize: 512)
+            await engine.deliverSyntheticEvents(perName, name: "event_\(index)", json: #"{"i":1}"#, groupSize: 512)
         }
         return Double(now() - start) / Double(perName * 200) / 1_000
     }

@@ -75,7 +75,7 @@ struct ListenerBenchmarks {
         var rates: [Double] = []
         for _ in 0..<(quick ? 3 : 5) {
             let start = now()
-            await engine.deliverSyntheticEvents(count, name: "purchase", parameters: Self.parameters)
+            await engine.deliverSyntheticEvents(count, name: "purchase", json: Self.encodedParameters)
             rates.append(Double(count * listeners.count) / seconds(since: start))
         }
         // End to end: record → commit → three listeners.

@@ -38,6 +38,38 @@ if let phase {
     report.emitsJSONLines = true
     switch phase {
     case "append-backlog": try await AppendBenchmarks(quick: quick, report: report).backlogCost()
+    case "record-parts":
+        // Where record's time goes: the caller's side alone (validate, encode,
+        // gates — opted out, so nothing is appended), the writer alone
+        // (prebuilt records with history rows), and the whole path.
+        let count = 300_000
+        let gated = EventEngine(configuration: EngineConfiguration(consent: false))
+        try await gated.start()
+        var start = now()
+        for _ in 0..<count { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        print("caller side, no append:", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs")
+        await gated.close()
+        for (history, index) in [(false, true), (true, true), (true, false)] {
+            let scratch = Scratch("parts")
+            let database = try DatabaseQueue(path: scratch.database.path)
+            if !index { try database.sync { try $0.execute("DROP INDEX event_history_by_name_time") } }
+            let log = EventLog(database: database)
+            let record = EventRecord(
+                name: "purchase", parametersJSON: ListenerBenchmarks.encodedParameters,
+                recordedAt: Date().timeIntervalSince1970, sessionID: AppendBenchmarks.session, addsToHistory: history)
+            start = now()
+            for _ in 0..<count { try log.append(record) }
+            let appended = now()
+            try await log.waitUntilAllDurable()
+            print(
+                "writer, history \(history), index \(index):", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs/event;",
+                "append alone", formatNumber(Double(appended - start) / Double(count) / 1_000), "µs")
+            await log.close()
+            log.database.close()
+        }
+    case "record":
+        // record() until durable alone, for a profiler (perf record … spool-bench --phase record).
+        try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()
     case "memory":
         // Where resident memory goes, step by step (a diagnostic; not in the table).
         func rss(_ label: String) { print("\(pad(label, 36)) \(formatNumber(Double(currentRSS()) / 1_048_576)) MB") }

@@ -20,13 +20,48 @@ extension Connection {
         }
     }
 
-    /// Deletes history older than `before`; returns how many rows went.
+    /// Deletes the oldest history rows: those recorded before `cutoff`, and
+    /// beyond the newest `maximumRows`. Rows are appended in commit order, so
+    /// both are a prefix by id: the cost is proportional to what is deleted,
+    /// never to the size of the history.
+    ///
+    /// - Returns: how many rows went.
     @discardableResult
-    package func pruneHistory(before: Double) throws -> Int {
-        try withStatement("DELETE FROM event_history WHERE recorded_at < ?") { statement in
-            try statement.bind(before, at: 1)
-            try statement.step()
-            return changes
+    package func pruneHistory(before cutoff: Double?, keepingAtMost maximumRows: Int?) throws -> Int {
+        var deleted = 0
+        if let maximumRows {
+            deleted += try withStatement(
+                "DELETE FROM event_history WHERE id <= (SELECT max(id) FROM event_history) - ?"
+            ) { statement in
+                try statement.bind(max(0, maximumRows), at: 1)
+                try statement.step()
+                return changes
+            }
+        }
+        if let cutoff {
+            // The first row young enough, walking up from the oldest.
+            let firstKept = try withStatement(
+                "SELECT id FROM event_history WHERE recorded_at >= ? ORDER BY id LIMIT 1"
+            ) { statement -> Int64? in
+                try statement.bind(cutoff, at: 1)
+                return try statement.step() ? statement.int64(at: 0) : nil
+            }
+            deleted += try withStatement(
+                firstKept == nil ? "DELETE FROM event_history" : "DELETE FROM event_history WHERE id < ?"
+            ) { statement in
+                if let firstKept { try statement.bind(firstKept, at: 1) }
+                try statement.step()
+                return changes
+            }
+        }
+        return deleted
+    }
+
+    /// How many rows the history holds, from its ids (O(1): only prefixes are
+    /// ever deleted).
+    package func historyRowCount() throws -> Int {
+        try withStatement("SELECT max(id) - min(id) + 1 FROM event_history") { statement in
+            try statement.step() && !statement.isNull(at: 0) ? statement.int(at: 0) : 0
         }
     }
 }

@@ -53,6 +53,7 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
         // Published on the queue, where every later access happens.
         queue.sync { self.connection = connection }
+        queue.setSpecific(key: Self.identity, value: ObjectIdentifier(self))
     }
 
     deinit {
@@ -95,6 +96,14 @@ package final class DatabaseQueue: @unchecked Sendable {
                 continuation.resume(with: Result { try body(connection) })
             }
         }
+    }
+
+    /// Tells a block running on `queue` which database queue it is on.
+    private static let identity = DispatchSpecificKey<ObjectIdentifier>()
+
+    /// True when called from this queue (a block or an actor job on it).
+    package var isCurrent: Bool {
+        DispatchQueue.getSpecific(key: Self.identity) == ObjectIdentifier(self)
     }
 
     /// Traps unless called from the queue itself.

@@ -28,28 +28,45 @@ package struct FastRandom: Sendable {
 package enum EventID {
     /// The id for `milliseconds` since 1970 and two random words.
     package static func make(milliseconds: UInt64, random high: UInt64, _ low: UInt64) -> String {
+        String(unsafeUninitializedCapacity: 36) { buffer in
+            format(milliseconds: milliseconds, random: high, low, into: UnsafeMutableRawBufferPointer(buffer))
+            return 36
+        }
+    }
+
+    /// Calls `body` with the id's 36 UTF-8 bytes, formatted on the stack.
+    package static func withUTF8<T>(
+        milliseconds: UInt64, random high: UInt64, _ low: UInt64, _ body: (UnsafeRawBufferPointer) throws -> T
+    ) rethrows -> T {
+        var storage: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)  // 40 bytes ≥ 36
+        return try withUnsafeMutableBytes(of: &storage) { buffer in
+            format(milliseconds: milliseconds, random: high, low, into: buffer)
+            return try body(UnsafeRawBufferPointer(rebasing: buffer[0..<36]))
+        }
+    }
+
+    private static func format(
+        milliseconds: UInt64, random high: UInt64, _ low: UInt64, into buffer: UnsafeMutableRawBufferPointer
+    ) {
         // 48-bit time | 4-bit version (7) | 12 random bits
         let upper = (milliseconds << 16) | 0x7000 | (high & 0x0FFF)
         // 2-bit variant (10) | 62 random bits
         let lower = (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
-        return String(unsafeUninitializedCapacity: 36) { buffer in
-            let digits: StaticString = "0123456789abcdef"
-            let table = digits.utf8Start
-            var index = 0
-            func put(_ word: UInt64, nibbles: ClosedRange<Int>) {
-                for nibble in nibbles.reversed() {
-                    if index == 8 || index == 13 || index == 18 || index == 23 {
-                        buffer[index] = UInt8(ascii: "-")
-                        index += 1
-                    }
-                    buffer[index] = table[Int((word >> UInt64(nibble * 4)) & 0xF)]
+        let digits: StaticString = "0123456789abcdef"
+        let table = digits.utf8Start
+        var index = 0
+        func put(_ word: UInt64) {
+            for nibble in stride(from: 15, through: 0, by: -1) {
+                if index == 8 || index == 13 || index == 18 || index == 23 {
+                    buffer[index] = UInt8(ascii: "-")
                     index += 1
                 }
+                buffer[index] = table[Int((word >> UInt64(nibble * 4)) & 0xF)]
+                index += 1
             }
-            put(upper, nibbles: 0...15)
-            put(lower, nibbles: 0...15)
-            return 36
         }
+        put(upper)
+        put(lower)
     }
 
     /// Milliseconds since 1970 for an id, from seconds: clamped to the 48 bits

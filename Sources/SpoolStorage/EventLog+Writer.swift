@@ -21,12 +21,13 @@ extension EventLog {
     func commitBuffered(_ connection: Connection) {
         database.assertOnQueue()
         // Take the whole buffer in O(1); appenders start a fresh one.
-        let staged: [Pending] = state.withLock { state in
+        let (staged, waiting) = state.withLock { state -> ([Pending], Bool) in
             var staged: [Pending] = []
             swap(&staged, &state.buffer)
             state.bufferedBytes = 0
-            return staged
+            return (staged, state.waitingForRoom > 0)
         }
+        if waiting { state.broadcast() }  // there is room again
         var start = staged.startIndex
         while start < staged.endIndex {
             let group = staged[start..<min(staged.endIndex, start + Self.maximumGroupSize)]
@@ -59,13 +60,12 @@ extension EventLog {
         let reported: any Error = (error as? SQLiteError).map { StorageError.notYetCommitted($0) } ?? error
         let (failed, handler, buffered) = state.withLock { state in
             state.buffer.insert(contentsOf: remaining, at: 0)
-            state.bufferedBytes += remaining.reduce(0) {
-                $0 + $1.record.parametersJSON.utf8.count + $1.record.name.utf8.count
-            }
+            state.bufferedBytes += remaining.reduce(0) { $0 + $1.record.bufferedBytes }
             state.consecutiveFailures += 1
             state.lastFailure = error
             return (takeWaiters(through: last, from: &state), state.failureHandler, state.buffer.count)
         }
+        state.broadcast()  // appenders waiting for room are refused while commits fail
         handler?(.commitFailed(error, buffered: buffered))
         for waiter in failed { waiter.continuation.resume(throwing: reported) }
         rescheduleIfNeeded(afterFailure: true)
@@ -74,7 +74,7 @@ extension EventLog {
     /// Writes one group in one transaction and tells the handler and the
     /// waiters.
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
-        let (committed, head) = try write(group, connection)
+        let head = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
         let (ready, handler, recovered, failureHandler) = state.withLock { state in
             state.durableThrough = last
@@ -88,7 +88,7 @@ extension EventLog {
         if recovered > 0 { failureHandler?(.commitRecovered(failures: recovered)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
-        if let handler { handler(committed(), head) }
+        handler?(group.count, head) { Self.committedEvents(group, head: head) }
         for waiter in ready { waiter.continuation.resume() }
     }
 
@@ -124,14 +124,30 @@ extension EventLog {
         if let delay { scheduleCommit(after: delay) }
     }
 
-    /// Inserts one group in one transaction and returns a builder for the
-    /// committed rows (only called when someone listens) and the new head.
-    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> (
-        () -> [CommittedEvent], Int64
-    ) {
-        let maximumRetained = state.withLock { $0.maximumRetainedEvents }
-        var firstSeq: Int64 = 0
+    /// The rows a committed group became (their positions end at `head`).
+    private static func committedEvents(_ group: ArraySlice<Pending>, head: Int64) -> [StoredEvent] {
+        var seq = head - Int64(group.count)
+        return group.map { pending in
+            seq += 1
+            let record = pending.record
+            return StoredEvent(
+                seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
+                recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority)
+        }
+    }
+
+    /// Inserts one group in one transaction (its events, their history rows,
+    /// the new head, the retention bound, and now and then history pruning)
+    /// and returns the new head.
+    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> Int64 {
+        let (maximumRetained, historyLimits, pruneHistory) = state.withLock { state in
+            (
+                state.maximumRetainedEvents, state.historyLimits,
+                state.historyLimits != nil && state.historySincePrune >= 1_024
+            )
+        }
         var head: Int64 = 0
+        var historyRows = 0
         #if !DEBUG
             // The schema's CHECKs (json_valid, priority in 0/1) guard every other
             // writer of the file. Spool's own rows are valid by construction (the
@@ -148,58 +164,62 @@ extension EventLog {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.
             var seq = try connection.headPosition()
-            firstSeq = seq + 1
             let insert = try connection.cachedStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority) \
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
-            var historyCount = 0
-            for pending in group {
-                let record = pending.record
+            for index in group.indices {
                 seq += 1
-                try insert.bind(seq, at: 1)
-                try insert.bind(pending.id, at: 2)
-                try insert.bind(record.name, at: 3)
-                try insert.bind(record.parametersJSON, at: 4)
-                try insert.bind(record.recordedAt, at: 5)
-                try insert.bind(record.sessionID, at: 6)
-                try insert.bind(record.priority, at: 7)
-                try insert.step()
-                insert.resetKeepingBindings()
-                if record.addsToHistory { historyCount += 1 }
+                try group[index].insert(as: seq, with: insert)
+                if group[index].record.addsToHistory { historyRows += 1 }
             }
             try connection.withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { head in
                 try head.bind(seq, at: 1)
                 try head.step()
             }
             if let maximumRetained { try connection.enforceRetention(maximum: maximumRetained, head: seq) }
-            if historyCount > 0 {
-                try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES (?, ?)") { history in
-                    for pending in group where pending.record.addsToHistory {
-                        try history.bind(pending.record.name, at: 1)
-                        try history.bind(pending.record.recordedAt, at: 2)
+            if historyRows > 0 {
+                // Copied inside SQLite from the rows just written (their pages
+                // are in the cache), one statement per run of events that add
+                // to the history: no per-row bind and step from Swift (that
+                // cost a microsecond an event).
+                try connection.withStatement(
+                    """
+                    INSERT INTO event_history (name, recorded_at) \
+                    SELECT name, recorded_at FROM events WHERE seq BETWEEN ? AND ?
+                    """
+                ) { history in
+                    let first = seq - Int64(group.count) + 1
+                    var runStart: Int64?
+                    for (offset, index) in group.indices.enumerated() {
+                        let position = first + Int64(offset)
+                        if group[index].record.addsToHistory {
+                            if runStart == nil { runStart = position }
+                            if index != group.indices.last { continue }
+                        }
+                        guard let start = runStart else { continue }
+                        let end = group[index].record.addsToHistory ? position : position - 1
+                        try history.bind(start, at: 1)
+                        try history.bind(end, at: 2)
                         try history.step()
                         history.resetKeepingBindings()
+                        runStart = nil
                     }
                 }
             }
+            if pruneHistory, let limits = historyLimits {
+                try connection.pruneHistory(
+                    before: limits.maximumAge.map { Date().timeIntervalSince1970 - $0 },
+                    keepingAtMost: limits.maximumRows)
+            }
             head = seq
         }
-        let builder = {
-            var seq = firstSeq
-            return group.map { pending in
-                defer { seq += 1 }
-                let record = pending.record
-                return CommittedEvent(
-                    stored: StoredEvent(
-                        seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
-                        recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority),
-                    attachment: record.attachment)
-            }
+        state.withLock { state in
+            state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
-        return (builder, head)
+        return head
     }
 
     func failAll(_ error: any Error) {
@@ -208,6 +228,38 @@ extension EventLog {
             state.commitScheduled = false
             return state.waiters
         }
+        state.broadcast()
         for waiter in waiters { waiter.continuation.resume(throwing: error) }
+    }
+}
+
+extension EventLog.Pending {
+    /// Binds this event to the prepared insert and steps it. The id is
+    /// formatted on the stack and every text is bound without a copy: all of
+    /// it stays valid until the step inside these scopes.
+    func insert(as seq: Int64, with insert: Statement) throws {
+        var (name, json, session) = (record.name, record.parametersJSON, record.sessionID)
+        try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
+            try name.withUTF8 { name in
+                try json.withUTF8 { json in
+                    try insert.bind(seq, at: 1)
+                    try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
+                    try insert.bindTextNoCopy(name, at: 3)
+                    try insert.bindTextNoCopy(json, at: 4)
+                    try insert.bind(record.recordedAt, at: 5)
+                    try insert.bind(record.priority, at: 7)
+                    if session == nil {
+                        try insert.bindNull(at: 6)
+                        try insert.step()
+                    } else {
+                        try session!.withUTF8 { session in
+                            try insert.bindTextNoCopy(session, at: 6)
+                            try insert.step()
+                        }
+                    }
+                }
+            }
+        }
+        insert.resetKeepingBindings()
     }
 }

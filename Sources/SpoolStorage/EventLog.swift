@@ -12,13 +12,25 @@ import Foundation
 /// full, I/O error) keeps the events buffered, in order, for the next attempt
 /// (with backoff); their waiters learn it with
 /// ``StorageError/notYetCommitted(_:)`` — the event is *not* lost and must not
-/// be appended again. While commits keep failing the buffer is bounded:
-/// appends past ``Limits`` are refused with ``StorageError/bufferFull(events:bytes:)``.
+/// be appended again.
+///
+/// What waits for the writer is bounded (``Limits``). Past the bound an
+/// appender waits for the writer to take the buffer (it swaps it out at the
+/// start of each commit), at most ``maximumWaitForRoom``; while commits keep
+/// failing it is refused at once with ``StorageError/bufferFull(events:bytes:)``.
+/// Code on the database queue itself never waits (the writer runs there).
 package final class EventLog: Sendable {
     /// The most rows one transaction commits; the rest wait for the next one.
     package static let maximumGroupSize = 4_096
 
-    package typealias CommitHandler = @Sendable (_ events: [CommittedEvent], _ head: Int64) -> Void
+    /// The longest an appender waits for room in the buffer before it is
+    /// refused: the writer normally makes room within one commit (a few ms).
+    package static let maximumWaitForRoom: TimeInterval = 2
+
+    /// Called on the database queue after each commit with the number of
+    /// events committed, the log's head after it, and a builder for the
+    /// committed rows (call it only if someone needs them: it allocates).
+    package typealias CommitHandler = @Sendable (_ count: Int, _ head: Int64, _ events: () -> [StoredEvent]) -> Void
 
     /// How much may wait for the writer.
     package struct Limits: Sendable, Hashable {
@@ -45,10 +57,16 @@ package final class EventLog: Sendable {
         case appendRefused
     }
 
+    /// One buffered event: the record and the random half of its id (the
+    /// writer formats the id again for the row, so the buffer holds no id
+    /// string).
     struct Pending {
         let ticket: UInt64
-        let id: String
+        let random: (high: UInt64, low: UInt64)
         let record: EventRecord
+
+        var milliseconds: UInt64 { EventID.milliseconds(since1970: record.recordedAt) }
+        var id: String { EventID.make(milliseconds: milliseconds, random: random.high, random.low) }
     }
 
     struct Waiter {
@@ -71,6 +89,11 @@ package final class EventLog: Sendable {
         var commitHandler: CommitHandler?
         var failureHandler: (@Sendable (Failure) -> Void)?
         var maximumRetainedEvents: Int?
+        var historyLimits: HistoryLimits?
+        /// History rows written since the history was last pruned.
+        var historySincePrune = 0
+        /// Appenders waiting for room.
+        var waitingForRoom = 0
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
         var rejected: [UInt64: SQLiteError] = [:]
@@ -92,9 +115,27 @@ package final class EventLog: Sendable {
         state.withLock { $0.maximumRetainedEvents = maximum.map { max(1, $0) } }
     }
 
-    /// Called on the database queue after each successful commit, with the
-    /// committed events in log order and the log's head after it. Set nil to
-    /// let go of whatever the handler holds.
+    /// How much event history to keep (survey rules count it).
+    package struct HistoryLimits: Sendable, Hashable {
+        /// Rows older than this many seconds go.
+        package var maximumAge: Double?
+        /// Past this many rows the oldest go.
+        package var maximumRows: Int?
+
+        package init(maximumAge: Double?, maximumRows: Int?) {
+            self.maximumAge = maximumAge
+            self.maximumRows = maximumRows
+        }
+    }
+
+    /// Prunes the history in the writer, after every 1,024 history rows, by
+    /// `limits` (nil keeps everything).
+    package func setHistoryLimits(_ limits: HistoryLimits?) {
+        state.withLock { $0.historyLimits = limits }
+    }
+
+    /// Called on the database queue after each successful commit (see
+    /// ``CommitHandler``). Set nil to let go of whatever the handler holds.
     package func setCommitHandler(_ handler: CommitHandler?) {
         state.withLock { $0.commitHandler = handler }
     }
@@ -106,41 +147,86 @@ package final class EventLog: Sendable {
 
     // MARK: - Appending
 
-    /// Buffers one event for the next group commit and returns at once.
+    /// Buffers one event for the next group commit, waiting for room first
+    /// when the buffer is at its bound (see the type's documentation).
     ///
     /// - Throws: ``StorageError/closed`` after ``close()``;
     ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
-    ///   bound and commits are failing (the event was not accepted).
+    ///   bound and commits are failing, or the writer made no room in
+    ///   ``maximumWaitForRoom`` (the event was not accepted).
     @discardableResult
     package func append(_ record: EventRecord) throws -> AppendReceipt {
-        let milliseconds = EventID.milliseconds(since1970: record.recordedAt)
-        let bytes = record.parametersJSON.utf8.count + record.name.utf8.count
-        let (high, low) = state.withLock { ($0.random.next(), $0.random.next()) }
-        // Format outside the lock; take the ticket and buffer under one hold,
-        // so the buffer is always in ticket order.
-        let id = EventID.make(milliseconds: milliseconds, random: high, low)
-        let (ticket, wake, refused) = try state.withLock { state -> (UInt64, Bool, (@Sendable (Failure) -> Void)?) in
-            guard !state.closed else { throw StorageError.closed }
-            if state.consecutiveFailures > 0
-                && (state.buffer.count >= state.limits.events || state.bufferedBytes + bytes > state.limits.bytes)
-            {
-                return (0, false, state.failureHandler ?? { _ in })
-            }
-            let ticket = state.nextTicket
-            state.nextTicket += 1
-            state.buffer.append(Pending(ticket: ticket, id: id, record: record))
-            state.bufferedBytes += bytes
-            let wake = !state.commitScheduled
-            state.commitScheduled = true
-            return (ticket, wake, nil)
+        while true {
+            if let receipt = try tryAppend(record) { return receipt }
+            try waitForRoom()
         }
-        if let refused {
-            refused(.appendRefused)
-            let (events, bytes) = state.withLock { ($0.buffer.count, $0.bufferedBytes) }
+    }
+
+    /// Buffers one event unless the buffer is at its bound and the caller
+    /// should wait for room first (``waitForRoom()``, then try again): that
+    /// is nil. For callers holding a lock of their own, which must not wait
+    /// under it. Returns at once.
+    ///
+    /// - Throws: ``StorageError/closed`` after ``close()``;
+    ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
+    ///   bound and commits are failing.
+    package func tryAppend(_ record: EventRecord) throws -> AppendReceipt? {
+        let bytes = record.bufferedBytes
+        enum Outcome {
+            case taken(Pending, wake: Bool)
+            case noRoom
+            case refused(events: Int, bytes: Int, (@Sendable (Failure) -> Void)?)
+        }
+        let outcome = try state.withLock { state -> Outcome in
+            guard !state.closed else { throw StorageError.closed }
+            if state.buffer.count >= state.limits.events || state.bufferedBytes + bytes > state.limits.bytes {
+                if state.consecutiveFailures > 0 {
+                    return .refused(events: state.buffer.count, bytes: state.bufferedBytes, state.failureHandler)
+                }
+                // The writer runs on the database queue: code there (a custom
+                // dispatcher recording from its callback) cannot wait for it.
+                if !database.isCurrent { return .noRoom }
+            }
+            let pending = Pending(
+                ticket: state.nextTicket, random: (state.random.next(), state.random.next()), record: record)
+            state.nextTicket += 1
+            state.buffer.append(pending)
+            state.bufferedBytes += bytes
+            defer { state.commitScheduled = true }
+            return .taken(pending, wake: !state.commitScheduled)
+        }
+        switch outcome {
+        case .taken(let pending, let wake):
+            if wake { scheduleCommit(after: 0) }
+            return AppendReceipt(ticket: pending.ticket, id: pending.id)
+        case .noRoom:
+            return nil
+        case .refused(let events, let bytes, let handler):
+            handler?(.appendRefused)
             throw StorageError.bufferFull(events: events, bytes: bytes)
         }
-        if wake { scheduleCommit(after: 0) }
-        return AppendReceipt(ticket: ticket, id: id)
+    }
+
+    /// Waits until the buffer is below its bound, at most
+    /// ``maximumWaitForRoom``.
+    ///
+    /// - Throws: ``StorageError/bufferFull(events:bytes:)`` when commits are
+    ///   failing or no room came in time; ``StorageError/closed``.
+    package func waitForRoom() throws {
+        state.withLock { $0.waitingForRoom += 1 }
+        let hasRoom = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
+            state.closed || state.consecutiveFailures > 0
+                || (state.buffer.count < state.limits.events && state.bufferedBytes < state.limits.bytes)
+        }
+        let (closed, failing, events, bytes) = state.withLock { state in
+            state.waitingForRoom -= 1
+            return (state.closed, state.consecutiveFailures > 0, state.buffer.count, state.bufferedBytes)
+        }
+        if closed { throw StorageError.closed }
+        if !hasRoom || failing {
+            state.withLock { $0.failureHandler }?(.appendRefused)
+            throw StorageError.bufferFull(events: events, bytes: bytes)
+        }
     }
 
     /// Returns once every event up to and including `receipt` is committed.

@@ -37,14 +37,10 @@ package struct EventRecord: Sendable {
     package var priority: Bool
     /// Also add the event to the user's event history (survey rules).
     package var addsToHistory: Bool
-    /// Whatever the appender wants handed back with the committed event (the
-    /// engine keeps the in-memory parameters here, so listeners need not parse
-    /// the JSON again). Never stored; the log does not look inside.
-    package var attachment: (any Sendable)?
 
     package init(
         name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
-        priority: Bool = false, addsToHistory: Bool = false, attachment: (any Sendable)? = nil
+        priority: Bool = false, addsToHistory: Bool = false
     ) {
         self.name = name
         self.parametersJSON = parametersJSON
@@ -52,21 +48,15 @@ package struct EventRecord: Sendable {
         self.sessionID = sessionID
         self.priority = priority
         self.addsToHistory = addsToHistory
-        self.attachment = attachment
     }
+
+    /// What the write buffer counts for this event: its name and encoded
+    /// parameters, plus what each buffered event costs besides (about 100
+    /// bytes: its place in the buffer and the string headers).
+    var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
 }
 
-/// A committed event as the commit handler sees it.
-package struct CommittedEvent: Sendable {
-    package let stored: StoredEvent
-    /// The appender's attachment, as given to ``EventRecord``.
-    package let attachment: (any Sendable)?
 
-    package init(stored: StoredEvent, attachment: (any Sendable)?) {
-        self.stored = stored
-        self.attachment = attachment
-    }
-}
 
 /// A receipt for one append: its place in the acceptance order and its id.
 package struct AppendReceipt: Sendable, Hashable {

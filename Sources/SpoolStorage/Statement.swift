@@ -60,6 +60,26 @@ package final class Statement {
         try check(code)
     }
 
+    /// Binds UTF-8 bytes as text *without a copy*: the bytes must stay valid
+    /// until the statement has stepped (bind and step inside the same
+    /// `withUTF8` scope), and every binding is replaced before the next step.
+    /// For the writer's hot loop, where SQLite's copy (a malloc per value)
+    /// showed in profiles.
+    package func bindTextNoCopy(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int32) throws {
+        guard let length = Int32(exactly: bytes.count) else { throw connection.error(SQLITE_TOOBIG, sql: sql) }
+        guard let text = UnsafeRawPointer(bytes.baseAddress)?.assumingMemoryBound(to: CChar.self) else {
+            return try check(spool_bind_text(handle, index, "", 0))  // empty: no pointer to lend
+        }
+        // A null destructor is SQLITE_STATIC: SQLite does not copy.
+        try check(sqlite3_bind_text(handle, index, text, length, nil))
+    }
+
+    /// Binds UTF-8 bytes as text (SQLite copies them).
+    package func bindText(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws {
+        guard let length = Int32(exactly: bytes.count) else { throw connection.error(SQLITE_TOOBIG, sql: sql) }
+        try check(spool_bind_text(handle, index, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), length))
+    }
+
     package func bindNull(at index: Int32) throws {
         try check(sqlite3_bind_null(handle, index))
     }

@@ -117,6 +117,22 @@ struct EventLogTests {
         #expect(names == "a")
     }
 
+    @Test("history rows follow each event's flag, in runs within one group")
+    func historyRunsFollowEachEventsFlag() async throws {
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
+        defer { log.database.close() }
+        let flags = [true, false, true, true, false, false, true, false, true]
+        for (index, flag) in flags.enumerated() {
+            try log.append(
+                EventRecord(name: "e\(index)", parametersJSON: "{}", recordedAt: Double(index), addsToHistory: flag))
+        }
+        try await log.waitUntilAllDurable()
+        let names = try log.database.sync {
+            try $0.scalarString("SELECT group_concat(name, ',') FROM (SELECT name FROM event_history ORDER BY id)")
+        }
+        #expect(names == flags.enumerated().filter(\.element).map { "e\($0.offset)" }.joined(separator: ","))
+    }
+
     @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)

@@ -145,18 +145,24 @@ struct SurveyTests {
         let dispatcher = DefaultEventDispatcher(timerInterval: 60)
         var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
         configuration.historyRetention = 30 * 86_400
-        let first = EventEngine(configuration: configuration)
-        try await first.start()
-        for _ in 0..<3 { try first.record("purchase") }
-        try await first.flush()
-        #expect(try await first.query { try $0.countEvents(after: 0) } == 0, "uploaded and deleted from the log")
-        // An occurrence older than the retention, written by hand.
-        try await first.query { connection in
+        // An occurrence older than the retention, recorded 45 days ago (so
+        // before everything below: history rows are pruned in recording order).
+        let earlier = try DatabaseQueue(path: directory.url.appendingPathComponent("OPTEventQueue.sqlite").path)
+        try earlier.sync { connection in
             try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES ('purchase', ?)") {
                 try $0.bind(Date().timeIntervalSince1970 - 45 * 86_400, at: 1)
                 try $0.step()
             }
         }
+        earlier.close()
+        let first = EventEngine(configuration: configuration)
+        try await first.start()
+        #expect(
+            try await first.surveys.evaluate(.eventFrequency(EventFrequency("purchase", .exactly, 0))),
+            "pruned at start")
+        for _ in 0..<3 { try first.record("purchase") }
+        try await first.flush()
+        #expect(try await first.query { try $0.countEvents(after: 0) } == 0, "uploaded and deleted from the log")
         await first.close()
 
         let second = EventEngine(configuration: configuration)
@@ -205,5 +211,35 @@ struct SurveyTests {
         let collected = Task { await stream.reduce(into: [String]()) { $0.append($1.event.name) } }
         await engine.close()
         #expect(await collected.value == ["one", "two"])
+    }
+}
+
+/// The event history's default bound and its pruning.
+struct HistoryRetentionTests {
+    @Test("the history keeps at most maximumHistoryRows, the newest, pruned as events commit and at start")
+    func rowBound() async throws {
+        let directory = TemporaryDirectory()
+        let configure: (inout EngineConfiguration) -> Void = { $0.maximumHistoryRows = 1_500 }
+        let engine = try await startedEngine(directory, configure: configure)
+        for index in 0..<6_000 { try engine.record("tap", parameters: ["i": .int(index)]) }
+        try await engine.settle()
+        let whileRunning = try await engine.query { try $0.historyRowCount() }
+        #expect(whileRunning <= 1_500 + 1_024 + EventLog.maximumGroupSize, "pruned as it goes: \(whileRunning)")
+        await engine.close()
+
+        let restarted = try await startedEngine(directory, configure: configure)
+        // 1,500 kept at start, then the restart's own session_start.
+        #expect(try await restarted.query { try $0.historyRowCount() } == 1_501)
+        #expect(
+            try await restarted.surveys.evaluate(.eventFrequency(EventFrequency("tap", .exactly, 1_500))),
+            "the newest kept")
+        await restarted.close()
+    }
+
+    @Test("the defaults: 90 days and 100,000 rows")
+    func defaults() {
+        let configuration = EngineConfiguration()
+        #expect(configuration.historyRetention == TimeInterval(90 * 86_400))
+        #expect(configuration.maximumHistoryRows == 100_000)
     }
 }

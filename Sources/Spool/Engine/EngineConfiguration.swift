@@ -35,9 +35,20 @@ public struct EngineConfiguration: Sendable {
     public var dispatcher: (any EventDispatcher)?
     /// Backoff for failed uploads.
     public var retryPolicy: RetryPolicy
-    /// How long the event history (for survey rules) keeps an occurrence;
-    /// older rows are pruned at `start()`. `nil` keeps everything. Default 90 days.
+    /// How long the event history (for survey rules) keeps an occurrence, in
+    /// seconds; `nil` keeps them until ``maximumHistoryRows`` pushes them out.
+    /// Default 90 days.
+    ///
+    /// An EVENT_FREQUENCY rule is exact while its window fits in what the
+    /// history keeps: windows up to this age (and `.ever` counts what is
+    /// kept). Pruning runs at `start()` and as events are committed; its cost
+    /// is proportional to what it deletes.
     public var historyRetention: TimeInterval?
+    /// The most occurrences the event history keeps; past it the oldest go.
+    /// `nil` keeps every row within ``historyRetention``. Default 100,000
+    /// (about 7 MB on disk), which holds 90 days of a user who records a
+    /// thousand events a day.
+    public var maximumHistoryRows: Int?
     /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
     public var writeBuffer: WriteBufferLimit
     /// Called with every ``SpoolDiagnostic``: failures Spool cannot return to
@@ -63,12 +74,14 @@ public struct EngineConfiguration: Sendable {
         dispatcher: (any EventDispatcher)? = nil,
         retryPolicy: RetryPolicy = RetryPolicy(),
         historyRetention: TimeInterval? = 90 * 86_400,
+        maximumHistoryRows: Int? = 100_000,
         writeBuffer: WriteBufferLimit = .default,
         diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)? = nil
     ) {
         self.writeBuffer = writeBuffer
         self.diagnosticHandler = diagnosticHandler
         self.historyRetention = historyRetention
+        self.maximumHistoryRows = maximumHistoryRows
         self.collectorURL = collectorURL
         self.dispatcher = dispatcher
         self.retryPolicy = retryPolicy

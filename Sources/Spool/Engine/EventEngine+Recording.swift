@@ -101,43 +101,60 @@ extension EventEngine {
         } catch {
             throw SpoolError.invalidEvent(error)
         }
-        let now = Date().timeIntervalSince1970
         let priority = configuration.priorityEventNames.contains(name)
-        let limit = configuration.sessionEventLimit
         var record = EventRecord(
-            name: name, parametersJSON: json, recordedAt: now, priority: priority,
-            addsToHistory: name != Self.heartbeatEventName, attachment: parameters)
+            name: name, parametersJSON: json, recordedAt: Date().timeIntervalSince1970, priority: priority,
+            addsToHistory: name != Self.heartbeatEventName)
         // 2. Gates and the append, under one lock so events waiting for a
-        // session are always appended before later ones.
-        let accepted = try state.withLock { state in
-            guard state.phase != .closed else { throw SpoolError.closed }
-            guard state.enabled else { return Accepted(outcome: .droppedDisabled) }
-            guard state.consent else { return Accepted(outcome: .droppedOptedOut) }
-            if !priority, let limit {
-                guard state.sessionCount < limit else { return Accepted(outcome: .droppedSessionLimit) }
-                state.sessionCount += 1
+        // session are always appended before later ones. When the write
+        // buffer is full, wait for the writer outside the lock and try again.
+        while true {
+            let accepted = try state.withLock { state in
+                try gateAndAppend(&record, priority: priority, settle: settle, in: &state)
             }
-            guard let log = state.log, let sessionID = state.sessionID else {
-                // Bounded like the log: past it the oldest waiting event gives way.
-                var displaced: Waiting?
-                if state.waiting.count >= waitingLimit, !state.waiting.isEmpty {
-                    displaced = state.waiting.removeFirst()
-                    state.waitingDropped += 1
-                }
-                state.waiting.append(Waiting(record: record, settle: settle))
-                return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
+            guard let accepted else {
+                do { try state.withLock { $0.log }?.waitForRoom() } catch { throw SpoolError.bridge(error) }
+                continue
             }
-            record.sessionID = sessionID
-            do {
-                let receipt = try log.append(record)
-                return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
-            } catch {
-                if !priority, limit != nil { state.sessionCount -= 1 }  // not accepted: it does not count
-                throw SpoolError.bridge(error)
-            }
+            accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
+            return accepted
         }
-        accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
-        return accepted
+    }
+
+    /// The gates, then the append (or the wait for a session). nil when the
+    /// write buffer has no room: nothing changed, wait and call again.
+    private func gateAndAppend(
+        _ record: inout EventRecord, priority: Bool, settle: (@Sendable (WaitingOutcome) -> Void)?,
+        in state: inout State
+    ) throws -> Accepted? {
+        guard state.phase != .closed else { throw SpoolError.closed }
+        guard state.enabled else { return Accepted(outcome: .droppedDisabled) }
+        guard state.consent else { return Accepted(outcome: .droppedOptedOut) }
+        let counted = !priority && configuration.sessionEventLimit != nil
+        if counted, let limit = configuration.sessionEventLimit, state.sessionCount >= limit {
+            return Accepted(outcome: .droppedSessionLimit)
+        }
+        guard let log = state.log, let sessionID = state.sessionID else {
+            if counted { state.sessionCount += 1 }
+            // Bounded like the log: past it the oldest waiting event gives way.
+            var displaced: Waiting?
+            if state.waiting.count >= waitingLimit, !state.waiting.isEmpty {
+                displaced = state.waiting.removeFirst()
+                state.waitingDropped += 1
+            }
+            state.waiting.append(Waiting(record: record, settle: settle))
+            return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
+        }
+        record.sessionID = sessionID
+        let receipt: AppendReceipt?
+        do {
+            receipt = try log.tryAppend(record)
+        } catch {
+            throw SpoolError.bridge(error)  // not accepted: it does not count toward the session
+        }
+        guard let receipt else { return nil }
+        if counted { state.sessionCount += 1 }
+        return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
     }
 }
 

@@ -134,11 +134,12 @@ public final class EventEngine: Sendable {
             let database = try await Self.openDatabase(configuration)
             log = EventLog(database: database, limits: configuration.writeBuffer.limits)
             log.setMaximumRetainedEvents(configuration.effectiveRetention)
-            if let retention = configuration.historyRetention {
-                let cutoff = Date().timeIntervalSince1970 - retention
-                _ = try await SpoolError.bridgingAsync {
-                    try await database.run { try $0.pruneHistory(before: cutoff) }
-                }
+            let limits = EventLog.HistoryLimits(
+                maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
+            log.setHistoryLimits(limits)
+            let cutoff = limits.maximumAge.map { Date().timeIntervalSince1970 - $0 }
+            _ = try await SpoolError.bridgingAsync {
+                try await database.run { try $0.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows) }
             }
         } catch {
             state.withLock { $0.phase = .idle }
@@ -148,8 +149,9 @@ public final class EventEngine: Sendable {
             let uploader = try await startUploader(log)
             // Weak: the log must not keep the delivery queue or the uploader
             // (which hold the log) alive.
-            log.setCommitHandler { [weak delivery, weak uploader] committed, head in
-                delivery?.enqueue(committed)
+            log.setCommitHandler { [weak delivery, weak uploader] _, head, events in
+                // The rows are built only when someone will look at them.
+                if let delivery, delivery.isListening { delivery.enqueue(events()) }
                 uploader?.committed(head: head)
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }

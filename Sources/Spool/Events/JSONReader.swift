@@ -11,20 +11,31 @@ struct JSONReader {
         let reason: String
     }
 
-    private let bytes: [UInt8]
+    /// The text's UTF-8, borrowed for the duration of one parse.
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
 
-    private init(_ text: String) {
-        bytes = Array(text.utf8)
+    private init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
     }
 
     /// Parses one JSON value that fills the whole text.
     static func parse(_ text: String) throws(Failure) -> EventValue {
-        var reader = JSONReader(text)
-        let value = try reader.readValue(depth: 0)
-        reader.skipWhitespace()
-        guard reader.index == reader.bytes.count else { throw reader.failure("trailing characters") }
-        return value
+        var text = text
+        // Straight from the string's UTF-8, no copy (durable listeners and
+        // delivery parse every stored event they hand over).
+        let result = text.withUTF8 { bytes -> Result<EventValue, Failure> in
+            var reader = JSONReader(bytes)
+            do throws(Failure) {
+                let value = try reader.readValue(depth: 0)
+                reader.skipWhitespace()
+                guard reader.index == bytes.count else { return .failure(reader.failure("trailing characters")) }
+                return .success(value)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
     }
 
     /// Parses a JSON object into parameters.
@@ -38,7 +49,12 @@ struct JSONReader {
     }
 
     private mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x0A, 0x0D, 0x09: index += 1
+            default: return
+            }
+        }
     }
 
     private mutating func readValue(depth: Int) throws(Failure) -> EventValue {
@@ -74,6 +90,7 @@ struct JSONReader {
     private mutating func readObject(depth: Int) throws(Failure) -> EventValue {
         index += 1
         var object: [String: EventValue] = [:]
+        object.reserveCapacity(8)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -125,6 +142,18 @@ struct JSONReader {
 
     private mutating func readString() throws(Failure) -> String {
         index += 1  // opening quote
+        // Fast path: no escape before the closing quote (almost every string).
+        var end = index
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") {
+                let string = String(decoding: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)
+                index = end + 1
+                return string
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            end += 1
+        }
         var output: [UInt8] = []
         while index < bytes.count {
             let byte = bytes[index]
@@ -209,10 +238,28 @@ struct JSONReader {
             _ = skip(UInt8(ascii: "+")) || skip(UInt8(ascii: "-"))
             guard skipDigits() else { throw failure("invalid number") }
         }
-        let text = String(decoding: bytes[start..<index], as: UTF8.self)
-        if isInteger, let int = Int(text) { return .int(int) }
+        if isInteger, let int = Self.integer(UnsafeBufferPointer(rebasing: bytes[start..<index])) { return .int(int) }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         guard let double = Double(text), double.isFinite else { throw failure("number out of range") }
         return .double(double)
+    }
+
+    /// `-?[0-9]+` as an `Int`, or nil when it does not fit.
+    private static func integer(_ digits: UnsafeBufferPointer<UInt8>) -> Int? {
+        var rest = digits[...]
+        let negative = rest.first == UInt8(ascii: "-")
+        if negative { rest = rest.dropFirst() }
+        var magnitude: UInt64 = 0
+        for byte in rest {
+            let (times10, overflow) = magnitude.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times10.addingReportingOverflow(UInt64(byte &- UInt8(ascii: "0")))
+            guard !overflow, !carry else { return nil }
+            magnitude = sum
+        }
+        if negative {
+            return magnitude <= UInt64(Int.max) + 1 ? Int(truncatingIfNeeded: 0 &- magnitude) : nil
+        }
+        return magnitude <= UInt64(Int.max) ? Int(magnitude) : nil
     }
 
     @discardableResult

@@ -60,6 +60,9 @@ public final class EventObservers: Sendable {
         }
     }
 
+    /// True when no plain listener is registered.
+    var isEmpty: Bool { listeners.withLock { $0.isEmpty } }
+
     /// The listeners at this moment (the delivery loop iterates a copy).
     func snapshot() -> [WeakBox<any EventListener>] {
         listeners.withLock { $0 }

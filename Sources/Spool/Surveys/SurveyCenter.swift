@@ -175,12 +175,12 @@ extension SurveyCenter: DeliveryFollower {
     /// Trigger candidacy and conditions for a group of committed events, in
     /// log order (on the delivery queue). Conditions are evaluated for the
     /// whole group in one trip to the database, each at its event's time.
-    func follow(_ events: [CommittedEvent]) {
-        let candidates = events.map { self.candidates(for: $0.stored.name) }
+    func follow(_ events: [StoredEvent]) {
+        let candidates = events.map { self.candidates(for: $0.name) }
         guard candidates.contains(where: { !$0.isEmpty }) else { return }
         var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
         if candidates.contains(where: { $0.contains { $0.conditions != .always } }), let database = context.database() {
-            let times = events.map(\.stored.recordedAt)
+            let times = events.map(\.recordedAt)
             do {
                 verdicts = try database.sync { connection in
                     try zip(candidates, times).map { surveys, now in
@@ -197,7 +197,7 @@ extension SurveyCenter: DeliveryFollower {
             }
         }
         for (index, event) in events.enumerated() where verdicts[index].contains(true) {
-            let recorded = RecordedEvent(event.stored, parameters: event.deliveredParameters)
+            let recorded = RecordedEvent(event, parameters: event.deliveredParameters)
             for (survey, holds) in zip(candidates[index], verdicts[index]) where holds {
                 triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
             }
