@@ -21,6 +21,18 @@ func seconds(since start: UInt64) -> Double {
     Double(now() - start) / 1e9
 }
 
+/// User and system CPU seconds this process has used, every thread.
+func processCPUTime() -> Double {
+    var usage = rusage()
+    #if os(Linux)
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+    #else
+        getrusage(RUSAGE_SELF, &usage)
+    #endif
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 // MARK: - Statistics
 
 struct Samples {

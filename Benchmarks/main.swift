@@ -20,7 +20,7 @@ while let argument = arguments.popFirst() {
     case "--only": only = arguments.popFirst()
     case "--phase": phase = arguments.popFirst()
     case "-h", "--help":
-        print("usage: spool-bench [--quick] [--output PATH] [--only append|listen|upload|history|drain]")
+        print("usage: spool-bench [--quick] [--output PATH] [--only append|burst|listen|upload|history|drain]")
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
@@ -38,6 +38,10 @@ if let phase {
     report.emitsJSONLines = true
     switch phase {
     case "append-backlog": try await AppendBenchmarks(quick: quick, report: report).backlogCost()
+    case "burst-100k": try await RecordBurstBenchmarks(quick: quick, report: report).burst(100_000)
+    case "burst-300k": try await RecordBurstBenchmarks(quick: quick, report: report).burst(300_000)
+    case "burst-1m": try await RecordBurstBenchmarks(quick: quick, report: report).burst(1_000_000)
+    case "buffered-bytes": try await RecordBurstBenchmarks(quick: quick, report: report).bufferedBytes()
     case "record-parts":
         // Where record's time goes: the caller's side alone (validate, encode,
         // gates — opted out, so nothing is appended), the writer alone
@@ -46,8 +50,11 @@ if let phase {
         let gated = EventEngine(configuration: EngineConfiguration(consent: false))
         try await gated.start()
         var start = now()
+        let gatedCPU = processCPUTime()
         for _ in 0..<count { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
-        print("caller side, no append:", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs")
+        print(
+            "caller side, no append:", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs;",
+            "process CPU", formatNumber((processCPUTime() - gatedCPU) / Double(count) * 1e6), "µs/event")
         await gated.close()
         for (history, index) in [(false, true), (true, true), (true, false)] {
             let scratch = Scratch("parts")
@@ -58,12 +65,14 @@ if let phase {
                 name: "purchase", parametersJSON: ListenerBenchmarks.encodedParameters,
                 recordedAt: Date().timeIntervalSince1970, sessionID: AppendBenchmarks.session, addsToHistory: history)
             start = now()
+            let cpu = processCPUTime()
             for _ in 0..<count { try log.append(record) }
             let appended = now()
             try await log.waitUntilAllDurable()
             print(
                 "writer, history \(history), index \(index):", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs/event;",
-                "append alone", formatNumber(Double(appended - start) / Double(count) / 1_000), "µs")
+                "append alone", formatNumber(Double(appended - start) / Double(count) / 1_000), "µs;",
+                "process CPU", formatNumber((processCPUTime() - cpu) / Double(count) * 1e6), "µs/event")
             await log.close()
             log.database.close()
         }
@@ -96,6 +105,9 @@ let started = Date()
 print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
 if only == nil || only == "append" {
     try await AppendBenchmarks(quick: quick, report: report).run()
+}
+if only == nil || only == "burst" {
+    try RecordBurstBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "listen" {
     try await ListenerBenchmarks(quick: quick, report: report).run()

@@ -30,13 +30,20 @@ package final class Checkpointer: @unchecked Sendable {
     /// The writer's busy timeout, restored after a restart attempt.
     private let busyTimeoutMilliseconds: Int32
 
-    package init(path: String, options: ConnectionOptions, thresholdPages: Int32 = 1_000, restartPages: Int32 = 4_000)
-        throws
-    {
-        self.thresholdPages = thresholdPages
-        self.restartPages = restartPages
+    /// - Parameters:
+    ///   - thresholdBytes: WAL size that asks for a background checkpoint
+    ///     (4 MiB: SQLite's default of 1,000 pages of 4 KiB).
+    ///   - restartBytes: WAL size past which the writer restarts it (16 MiB).
+    package init(
+        path: String, options: ConnectionOptions, thresholdBytes: Int = 4 << 20, restartBytes: Int = 16 << 20
+    ) throws {
         self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         let connection = try Connection(path: path, options: options)
+        // The thresholds count pages of this file's size (16 KiB for files
+        // Spool creates, 4 KiB for older ones).
+        let pageSize = max(512, try connection.scalarInt("PRAGMA page_size"))
+        self.thresholdPages = Int32(clamping: max(1, thresholdBytes / pageSize))
+        self.restartPages = Int32(clamping: max(2, restartBytes / pageSize))
         // A checkpoint streams pages from the WAL; it needs no page cache of its own.
         try connection.execute("PRAGMA cache_size = -128")
         self.connection = connection

@@ -85,6 +85,10 @@ package final class Connection {
         } catch let error as SQLiteError where error.resultCode == .notADatabase {
             throw StorageError.notADatabase(path: path)
         }
+        if !isInMemory, try scalarInt("PRAGMA page_size") != Self.newFilePageSize, try isEmptyFile() {
+            // Only a new, empty file takes a page size, and only before WAL.
+            try execute("PRAGMA page_size = \(Self.newFilePageSize)")
+        }
         if !isInMemory {
             let mode = try retryingWhileBusy(for: options.busyTimeoutMilliseconds) {
                 try scalarString("PRAGMA journal_mode = WAL")
@@ -108,6 +112,20 @@ package final class Connection {
         guard try scalarInt("PRAGMA foreign_keys") == 1 else {
             throw StorageError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")
         }
+    }
+
+    /// The page size of files Spool creates: 16 KiB.
+    ///
+    /// Group commits write thousands of rows at once; with 4 KiB pages (the
+    /// default) the writer spent about a fifth more CPU per event on page
+    /// splits, WAL frames and checkpoint copies (spool-bench --phase
+    /// record-parts: 1.9 vs 1.5 µs of process CPU per event). Flash storage
+    /// writes 16 KiB pages anyway. Existing files keep theirs.
+    package static let newFilePageSize = 16_384
+
+    /// True for a database with no page written yet.
+    private func isEmptyFile() throws -> Bool {
+        try scalarInt("PRAGMA page_count") == 0
     }
 
     /// Runs `body` again while it fails with `SQLITE_BUSY`, for at most

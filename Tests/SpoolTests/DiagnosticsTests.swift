@@ -26,7 +26,7 @@ struct DiagnosticsTests {
         }
         let stream = engine.diagnostics()
         try await fillUp(engine)
-        let big = EventValue.string(String(repeating: "x", count: 20_000))
+        let big = EventValue.string(String(repeating: "x", count: 200_000))
         await #expect(throws: SpoolError.self) { try await engine.recordDurably("big", parameters: ["pad": big]) }
         var refused = 0
         for _ in 0..<40 {
@@ -58,7 +58,7 @@ struct DiagnosticsTests {
             configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic) } }
         }
         try await fillUp(engine)
-        let big = EventValue.string(String(repeating: "x", count: 20_000))
+        let big = EventValue.string(String(repeating: "x", count: 200_000))
         for _ in 0..<5 { try engine.record("big", parameters: ["pad": big]) }
         let uncommitted = await engine.close()
         #expect(uncommitted == 5)

@@ -27,8 +27,9 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// database accepts writes again: do not record it again.
     case stillBuffered(eventID: String, reason: SQLiteError)
     /// The event was not accepted: this many events (and bytes) already wait
-    /// for the writer while commits keep failing, the configured bound
-    /// (``EngineConfiguration/writeBuffer``).
+    /// for the writer, the configured bound (``EngineConfiguration/writeBuffer``),
+    /// and commits keep failing (a full disk) or the writer made no room
+    /// within 2 seconds (another process holding the file's write lock).
     case bufferFull(events: Int, bytes: Int)
 
     public var description: String {
@@ -55,7 +56,7 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
                 "Event \(id) is accepted but not committed yet (\(reason)); it stays buffered and is retried — do not record it again"
         case .bufferFull(let events, let bytes):
             return
-                "The event was not accepted: \(events) events (\(bytes) bytes) already wait while commits keep failing"
+                "The event was not accepted: \(events) events (\(bytes) bytes) already wait for the writer, which is failing or blocked"
         }
     }
 }

@@ -15,8 +15,10 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// parameters.
     public var maximumBytes: Int
 
-    /// 50 000 events or 16 MiB, whichever comes first.
-    public static let `default` = WriteBufferLimit(maximumEvents: 50_000, maximumBytes: 16 << 20)
+    /// 8,192 events or 2 MiB, whichever comes first: two commit groups, so
+    /// the writer never waits for work, while a burst of any size holds a
+    /// few megabytes.
+    public static let `default` = WriteBufferLimit(maximumEvents: 8_192, maximumBytes: 2 << 20)
 
     public init(maximumEvents: Int, maximumBytes: Int) {
         self.maximumEvents = max(1, maximumEvents)

@@ -1,0 +1,142 @@
+import CSQLite
+import Foundation
+import Spool
+import SpoolStorage
+
+/// What an unthrottled burst of `record` costs in memory and in caller
+/// stalls, each measured in a fresh process (`--phase burst-…`), and what one
+/// buffered event holds (`--phase buffered-bytes`).
+struct RecordBurstBenchmarks {
+    let quick: Bool
+    let report: Report
+
+    func run() throws {
+        try report.runIsolated("burst-100k", quick: quick)
+        try report.runIsolated(quick ? "burst-300k" : "burst-1m", quick: quick)
+        try report.runIsolated("buffered-bytes", quick: quick)
+    }
+
+    /// Records `count` events (10 parameters) as fast as one thread can, each
+    /// call timed, then waits until all are committed and counts them.
+    func burst(_ count: Int) async throws {
+        let scratch = Scratch("burst")
+        let startRSS = Double(currentRSS()) / 1_048_576
+        var configuration = EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil)
+        if let events = ProcessInfo.processInfo.environment["SPOOL_BUFFER_EVENTS"].flatMap(Int.init) {
+            configuration.writeBuffer = WriteBufferLimit(maximumEvents: events, maximumBytes: 512 << 20)
+        }
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        // A histogram, not a sample per call: a million samples would be 8 MB
+        // of the resident memory this measures.
+        var calls = Histogram()
+        let started = now()
+        for _ in 0..<count {
+            let before = now()
+            try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
+            calls.add(now() - before)
+        }
+        let recorded = now()
+        try await engine.settle()
+        let seconds = Double(now() - started) / 1e9
+        let peak = Double(peakRSS()) / 1_048_576
+        let stored = try await engine.storedEventCount(named: "purchase")
+        await engine.close()
+        let samples = calls
+        let label = count >= 1_000_000 ? "\(count / 1_000_000)M" : "\(count / 1_000)k"
+        report.add(
+            Row(
+                area: "burst", name: "peak RSS, fresh process, \(label) unthrottled record() calls", value: peak,
+                unit: "MB",
+                detail: "\(formatNumber(startRSS)) MB before opening; \(formatNumber(Double(count) / seconds)) events/s",
+                target: count >= 1_000_000 ? 40 : nil, comparison: count >= 1_000_000 ? .atMost : nil))
+        report.add(
+            Row(
+                area: "burst", name: "events lost in the \(label) burst", value: Double(count - stored), unit: "events",
+                detail: "\(stored) of \(count) stored", target: 0, comparison: .atMost))
+        report.add(
+            Row(
+                area: "burst", name: "worst caller stall in the \(label) burst (buffer bound)", value: samples.max,
+                unit: "µs",
+                detail:
+                    "p99.9 \(formatNumber(samples.percentile(0.999))) µs; callers wait for the writer past \(WriteBufferLimit.default.maximumEvents) events or \(WriteBufferLimit.default.maximumBytes >> 20) MiB"
+            ))
+        report.add(
+            Row(
+                area: "burst", name: "caller cost per record(10 parameters), median", value: samples.median, unit: "µs",
+                detail:
+                    "validate + encode + append, \(label) calls; p99 \(formatNumber(samples.percentile(0.99))) µs, mean \(formatNumber(Double(recorded - started) / Double(count) / 1_000)) µs",
+                target: 1.5, comparison: .atMost))
+    }
+
+    /// Holds the write lock from a second connection so nothing commits,
+    /// records 20,000 events, and divides the growth of resident memory by
+    /// them.
+    func bufferedBytes() async throws {
+        let scratch = Scratch("buffered")
+        let engine = EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(scratch.database), maximumRetainedEvents: nil,
+                writeBuffer: WriteBufferLimit(maximumEvents: 100_000, maximumBytes: 64 << 20)))
+        try await engine.start()
+        try await engine.settle()
+        let blocker = RawSQLite(path: scratch.database.path)
+        blocker.exec("BEGIN IMMEDIATE")
+        let count = 20_000
+        for _ in 0..<200 { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        let before = currentRSS()
+        for _ in 0..<count { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        let after = currentRSS()
+        blocker.exec("COMMIT")
+        try await engine.settle()
+        await engine.close()
+        let json = ListenerBenchmarks.encodedParameters.utf8.count
+        let perEvent = Double(after - before) / Double(count)
+        report.add(
+            Row(
+                area: "burst", name: "memory per buffered event / its encoded JSON", value: perEvent / Double(json),
+                unit: "×",
+                detail: "\(formatNumber(perEvent)) bytes for \(json) bytes of JSON (RSS growth over \(count) buffered)",
+                target: 2, comparison: .atMost))
+    }
+}
+
+extension EventEngine {
+    /// How many stored events carry `name`.
+    func storedEventCount(named name: String) async throws -> Int {
+        guard let database = databaseQueue else { return 0 }
+        return try await database.run { connection in
+            try connection.withStatement("SELECT count(*) FROM events WHERE name = ?") { statement in
+                try statement.bind(name, at: 1)
+                return try statement.step() ? statement.int(at: 0) : 0
+            }
+        }
+    }
+}
+
+/// Call durations in 10 ns buckets up to 100 µs, and the exact maximum.
+struct Histogram {
+    private var buckets = [Int](repeating: 0, count: 10_001)
+    private var count = 0
+    private(set) var maximumNanoseconds: UInt64 = 0
+
+    mutating func add(_ nanoseconds: UInt64) {
+        buckets[Int(min(nanoseconds / 10, 10_000))] += 1
+        count += 1
+        maximumNanoseconds = Swift.max(maximumNanoseconds, nanoseconds)
+    }
+
+    /// Microseconds at quantile `p` (the bucket's upper edge).
+    func percentile(_ p: Double) -> Double {
+        let rank = Int((Double(count - 1) * p).rounded())
+        var seen = 0
+        for (index, bucketCount) in buckets.enumerated() {
+            seen += bucketCount
+            if seen > rank { return Double(index + 1) * 0.01 }
+        }
+        return max
+    }
+
+    var median: Double { percentile(0.5) }
+    var max: Double { Double(maximumNanoseconds) / 1_000 }
+}
