@@ -31,6 +31,7 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// (``EngineConfiguration/writeBuffer``).
     case bufferFull(events: Int, bytes: Int)
 
+    /// A sentence for logs and alerts, naming the path or the event involved.
     public var description: String {
         switch self {
         case .cannotOpen(let path, let reason):

@@ -18,6 +18,8 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// 50 000 events or 16 MiB, whichever comes first.
     public static let `default` = WriteBufferLimit(maximumEvents: 50_000, maximumBytes: 16 << 20)
 
+    /// A bound of `maximumEvents` events or `maximumBytes` bytes, whichever
+    /// is reached first. Values below 1 count as 1.
     public init(maximumEvents: Int, maximumBytes: Int) {
         self.maximumEvents = max(1, maximumEvents)
         self.maximumBytes = max(1, maximumBytes)
