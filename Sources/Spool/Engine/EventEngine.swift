@@ -19,7 +19,9 @@ import SpoolStorage
 ///
 /// Every callback Spool makes — listeners, `on(_:_:)` registrations, streams,
 /// survey triggers, diagnostics — runs on one internal serial delivery queue,
-/// never the main thread, in the order events were recorded.
+/// never the main thread, in the order events were recorded. (The one
+/// exception: subscribing to ``EventTopic/ready`` after it fired calls the
+/// callback at once, on the subscribing thread.)
 ///
 /// Call ``close()`` when you are done with an engine. One dropped without
 /// `close()` still commits what it accepted, then frees its database
