@@ -8,22 +8,38 @@ import CSQLite
 public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A primary SQLite result code (`SQLITE_BUSY`, `SQLITE_FULL`, …).
     public struct ResultCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+        /// The code's number, as in SQLite's C API.
         public let rawValue: Int32
+        /// The code with this number; any number is accepted.
         public init(rawValue: Int32) { self.rawValue = rawValue }
 
+        /// `SQLITE_ERROR`: a generic error, such as an SQL error.
         public static let error = ResultCode(rawValue: SQLITE_ERROR)
+        /// `SQLITE_BUSY`: another connection (often another process) held a
+        /// lock for longer than the busy timeout.
         public static let busy = ResultCode(rawValue: SQLITE_BUSY)
+        /// `SQLITE_LOCKED`: a conflict inside the same connection.
         public static let locked = ResultCode(rawValue: SQLITE_LOCKED)
+        /// `SQLITE_READONLY`: the file or its directory cannot be written.
         public static let readOnly = ResultCode(rawValue: SQLITE_READONLY)
+        /// `SQLITE_IOERR`: the operating system reported an I/O error.
         public static let ioError = ResultCode(rawValue: SQLITE_IOERR)
+        /// `SQLITE_CORRUPT`: the database file is damaged.
         public static let corrupt = ResultCode(rawValue: SQLITE_CORRUPT)
+        /// `SQLITE_FULL`: the disk (or the file size limit) is full.
         public static let full = ResultCode(rawValue: SQLITE_FULL)
+        /// `SQLITE_CANTOPEN`: the file could not be opened.
         public static let cantOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
+        /// `SQLITE_CONSTRAINT`: a row broke a constraint of the schema.
         public static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
+        /// `SQLITE_NOTADB`: the file is not a SQLite database.
         public static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
+        /// `SQLITE_TOOBIG`: a value is larger than SQLite allows.
         public static let tooBig = ResultCode(rawValue: SQLITE_TOOBIG)
+        /// `SQLITE_MISMATCH`: a value of the wrong type for its column.
         public static let mismatch = ResultCode(rawValue: SQLITE_MISMATCH)
 
+        /// SQLite's English description of the code (`database or disk is full`).
         public var description: String { String(cString: sqlite3_errstr(rawValue)) }
     }
 
@@ -36,6 +52,9 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The statement that failed, if any. Bound values are never included.
     public let sql: String?
 
+    /// An error with SQLite's extended result code, its message and,
+    /// optionally, the SQL that failed (never with bound values). Useful to
+    /// build errors in tests.
     public init(extendedResultCode: Int32, message: String, sql: String? = nil) {
         self.extendedResultCode = extendedResultCode
         self.message = message
@@ -48,6 +67,7 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
         resultCode == .constraint || resultCode == .tooBig || resultCode == .mismatch
     }
 
+    /// The codes, SQLite's message and the statement, for logs.
     public var description: String {
         var text = "SQLite error \(extendedResultCode) (\(resultCode)): \(message)"
         if let sql { text += " — while executing `\(sql)`" }

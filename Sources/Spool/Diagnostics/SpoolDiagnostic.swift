@@ -7,6 +7,13 @@ import Foundation
 /// ``EventEngine/diagnostics()`` on Spool's delivery queue, in order with the
 /// events listeners receive, and is counted in
 /// ``EventEngine/diagnosticCounts``.
+///
+/// ```swift
+/// var configuration = EngineConfiguration(database: .file(url))
+/// configuration.diagnosticHandler = { diagnostic in
+///     if diagnostic.kind == .commitFailed { logger.error("\(diagnostic)") }
+/// }
+/// ```
 public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
     /// What happened.
     public enum Kind: String, Sendable, Hashable, CaseIterable {
@@ -46,6 +53,7 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case eventsDeadLettered
     }
 
+    /// What happened.
     public let kind: Kind
     /// How many events it concerns (0 when none in particular).
     public let eventCount: Int
@@ -53,6 +61,7 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
     public let error: (any Error)?
     /// A sentence for logs.
     public let message: String
+    /// When it was reported.
     public let date: Date
 
     init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String) {
@@ -63,6 +72,7 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         date = Date()
     }
 
+    /// `[kind] message: error`, for logs.
     public var description: String {
         var text = "[\(kind.rawValue)] \(message)"
         if let error { text += ": \(error)" }

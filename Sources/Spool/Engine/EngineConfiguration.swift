@@ -1,39 +1,70 @@
 import Foundation
 
-/// Everything an ``EventEngine`` is set up with. Creating one does no I/O.
+/// Everything an ``EventEngine`` is set up with.
+///
+/// A plain value: creating or changing one does no I/O. The engine copies it
+/// at `init`; later changes to your copy have no effect. Consent, the enabled
+/// switch and the excluded names can change at run time through
+/// ``EventEngine/setConsent(_:)``, ``EventEngine/setEnabled(_:)`` and
+/// ``EventEngine/setExcludedEventNames(_:)``.
+///
+/// ```swift
+/// let configuration = EngineConfiguration(
+///     database: .file(applicationSupport.appendingPathComponent("spool.sqlite")),
+///     synchronous: .normal,
+///     sessionEventLimit: 500)
+/// ```
+///
+/// To upload, set ``collectorURL`` (and optionally ``dispatcher``), or start
+/// from ``uploading(to:dispatcher:in:)``.
 public struct EngineConfiguration: Sendable {
     /// Where the database lives. `.inMemory` keeps nothing across restarts.
     public var database: DatabaseLocation
     /// What a commit survives; see ``SynchronousMode``.
     public var synchronous: SynchronousMode
-    /// The most events one session accepts, not counting priority events
-    /// (L12). `nil` means no limit. Events over it are not stored, delivered
+    /// The most events one session accepts, not counting priority events.
+    /// `nil` (the default) means no limit. Events over it are not stored, delivered
     /// or uploaded, and `record` returns ``RecordOutcome/droppedSessionLimit``.
     public var sessionEventLimit: Int?
-    /// Events that bypass the session limit.
+    /// Events that bypass the session limit and are not counted toward it.
+    ///
+    /// Defaults to ``defaultPriorityEventNames``; `session_start` is always
+    /// treated as priority.
     public var priorityEventNames: Set<String>
-    /// Names stored and uploaded but never delivered to listeners (L6).
-    /// Replace at run time with ``EventEngine/setExcludedEventNames(_:)``.
+    /// Names stored and uploaded but never delivered to listeners,
+    /// registrations, streams or durable listeners.
+    ///
+    /// `flush_event` (``EventEngine/heartbeatEventName``) is always excluded
+    /// as well. Replace at run time with
+    /// ``EventEngine/setExcludedEventNames(_:)``.
     public var excludedEventNames: Set<String>
-    /// When false, nothing is recorded until ``EventEngine/setEnabled(_:)``.
+    /// When false, `record` drops every event
+    /// (``RecordOutcome/droppedDisabled``) until
+    /// ``EventEngine/setEnabled(_:)`` turns recording on. Default true.
     public var enabled: Bool
-    /// The user's data-collection consent at launch (L3).
+    /// The user's data-collection consent at launch. While false, nothing is
+    /// recorded, delivered or uploaded; change it with
+    /// ``EventEngine/setConsent(_:)``. Default true.
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
     /// (durable listeners, the uploader). Past it the oldest give way and are
     /// counted as dropped per consumer. `nil` keeps everything; values below 1
-    /// count as 1.
+    /// count as 1. Default 10,000.
+    ///
+    /// When uploading, the dispatcher's `maxQueueSize` takes its place (see
+    /// ``dispatcher``). Events recorded before a session starts wait in memory
+    /// under the same bound.
     public var maximumRetainedEvents: Int?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
     /// feeds listeners and durable listeners).
     public var collectorURL: URL?
-    /// What sends the batches (D8). `nil` uses a ``DefaultEventDispatcher``
+    /// What sends the batches. `nil` uses a ``DefaultEventDispatcher``
     /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
     /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
     /// `timerInterval`, and its `maxQueueSize` replaces
     /// `maximumRetainedEvents`; any other gets the default batching.
     public var dispatcher: (any EventDispatcher)?
-    /// Backoff for failed uploads.
+    /// How long the uploader waits before retrying a failed upload.
     public var retryPolicy: RetryPolicy
     /// How long the event history (for survey rules) keeps an occurrence, in
     /// seconds; `nil` keeps them until ``maximumHistoryRows`` pushes them out.
@@ -59,8 +90,17 @@ public struct EngineConfiguration: Sendable {
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
 
+    /// The campaign events that bypass the per-session limit by default:
+    /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own
+    /// with `defaultPriorityEventNames.union([...])`.
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
+    /// Creates a configuration; every parameter has a default, so name only
+    /// what you change. See each property for its meaning.
+    ///
+    /// The defaults keep the database in memory (nothing survives a restart)
+    /// and upload nothing: pass `database: .file(url)` for a durable queue
+    /// and a `collectorURL` to upload.
     public init(
         database: DatabaseLocation = .inMemory,
         synchronous: SynchronousMode = .normal,
@@ -99,7 +139,18 @@ public struct EngineConfiguration: Sendable {
 extension EngineConfiguration {
     /// An engine that uploads to `collectorURL` through `dispatcher`, keeping
     /// its queue where the dispatcher's `backingStore` and `dataStoreName` say,
-    /// inside `directory` (D5).
+    /// inside `directory`.
+    ///
+    /// With the default dispatcher the database is
+    /// `<directory>/OPTEventQueue.sqlite`, and the log keeps at most the
+    /// dispatcher's `maxQueueSize` events. The directory must exist.
+    ///
+    /// ```swift
+    /// let engine = EventEngine(configuration: .uploading(
+    ///     to: URL(string: "https://collector.example.com/v1/batch")!,
+    ///     dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 30),
+    ///     in: applicationSupportDirectory))
+    /// ```
     public static func uploading(
         to collectorURL: URL, dispatcher: DefaultEventDispatcher = DefaultEventDispatcher(), in directory: URL
     ) -> EngineConfiguration {

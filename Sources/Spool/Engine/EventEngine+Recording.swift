@@ -77,7 +77,8 @@ extension EventEngine {
     var waitingLimit: Int { max(1, configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize) }
 
     /// Events that gave way while waiting for a session (the waiting queue is
-    /// bounded like the log; the oldest go first).
+    /// bounded like the log; the oldest go first), since the engine was
+    /// created. They were never stored.
     public var eventsDroppedWhileWaitingForSession: Int {
         state.withLock { $0.waitingDropped }
     }

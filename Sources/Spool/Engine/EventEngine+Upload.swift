@@ -20,22 +20,37 @@ extension EventEngine {
         }
     }
 
-    /// Call when the app enters the background (D9): queued events are
-    /// uploaded now. Spool calls it itself where UIKit reports the lifecycle;
-    /// hosts that cannot observe it (watchOS extensions, app extensions,
-    /// other platforms) call it, or ``SpoolBackgroundNotifier``, themselves.
+    /// Call when the app enters the background: queued events are uploaded
+    /// now. Spool calls it itself where UIKit reports the lifecycle; hosts
+    /// that cannot observe it (watchOS extensions, app extensions, other
+    /// platforms) call it, or ``SpoolBackgroundNotifier``, themselves.
+    ///
+    /// Returns at once from any thread; the upload runs in the background
+    /// and waits out a backoff in progress. Does nothing without a
+    /// `collectorURL`.
     public func applicationDidEnterBackground() {
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
         uploader.requestFlushFromAnyThread()
     }
 
     /// Call when the app becomes active again: uploads what is due.
+    ///
+    /// Returns at once from any thread, like
+    /// ``applicationDidEnterBackground()``.
     public func applicationDidBecomeActive() {
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
         uploader.requestFlushFromAnyThread()
     }
 
     /// What the uploader has done and what waits.
+    ///
+    /// `pending`, `dropped` and `deadLettered` are read from the database, so
+    /// they include what other processes sharing the file did; the request
+    /// counters are this process's.
+    ///
+    /// - Throws: ``SpoolError/invalidConfiguration(_:)`` when no
+    ///   `collectorURL` is configured or before ``start()``;
+    ///   ``SpoolError/closed`` once the database is closed.
     public func uploadStatistics() async throws -> UploadStatistics {
         guard let uploader = uploaderBox.withLock({ $0 }) else {
             throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")

@@ -16,16 +16,27 @@ import SpoolStorage
 /// parameters on the caller's thread, applies the gates (consent, enabled,
 /// session limit), and appends to the group-commit buffer; everything else
 /// happens on Spool's own queues.
+///
+/// Every callback Spool makes — listeners, `on(_:_:)` registrations, streams,
+/// survey triggers, diagnostics — runs on one internal serial delivery queue,
+/// never the main thread, in the order events were recorded. (The one
+/// exception: subscribing to ``EventTopic/ready`` after it fired calls the
+/// callback at once, on the subscribing thread.)
+///
+/// Call ``close()`` when you are done with an engine. One dropped without
+/// `close()` still commits what it accepted, then frees its database
+/// connections.
 public final class EventEngine: Sendable {
     /// The heartbeat: stored and uploaded, never delivered to listeners.
     public static let heartbeatEventName = ReservedEventName.heartbeat
     /// Recorded when a session starts; delivered like any event.
     public static let sessionStartEventName = ReservedEventName.sessionStart
 
+    /// The configuration this engine was created with.
     public let configuration: EngineConfiguration
-    /// The listener registry.
+    /// The listener registry: plain and durable listeners, and event streams.
     public let events: EventObservers
-    /// Surveys, trigger rules and lifecycle events.
+    /// Surveys, their trigger rules, and the lifecycle events they record.
     public let surveys: SurveyCenter
 
     let state: Protected<State>
@@ -74,6 +85,9 @@ public final class EventEngine: Sendable {
     }
 
     /// Creates an engine. No I/O happens until ``start()``.
+    ///
+    /// Listeners, registrations and surveys may be added right away, and
+    /// events recorded before `start()` wait in memory for the first session.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
         let events = EventObservers()
@@ -118,8 +132,20 @@ public final class EventEngine: Sendable {
     /// `session_start`), delivers the events recorded before it, and fires
     /// `.ready`.
     ///
+    /// The file work runs off the caller's executor, so calling this from the
+    /// main actor does not block it. When it returns, `session_start` and the
+    /// events recorded before it are committed and delivered, and every
+    /// ``EventTopic/ready`` callback has run. Durable listeners added before
+    /// this call have caught up with what they missed (unless another process
+    /// holds them).
+    ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
-    ///   opened; the engine can then be started again.
+    ///   opened (``SpoolError/cannotOpen(path:reason:)``,
+    ///   ``SpoolError/notADatabase(path:)``,
+    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``…); the engine
+    ///   can then be started again, and the events recorded meanwhile are
+    ///   kept. ``SpoolError/invalidConfiguration(_:)`` when called twice;
+    ///   ``SpoolError/closed`` after ``close()``.
     public func start() async throws {
         try state.withLock { state in
             switch state.phase {
@@ -231,6 +257,12 @@ public final class EventEngine: Sendable {
     /// ``SpoolError/closed``. Events still waiting for a session are stored
     /// without one.
     ///
+    /// An upload in flight gets a few seconds to finish so its answer is
+    /// saved; if it does not, its events are sent again later (at least
+    /// once). Streams end, registrations are dropped, and another process
+    /// sharing the file takes over the uploader and durable listeners at
+    /// once. A closed engine cannot be started again: create a new one.
+    ///
     /// Events that cannot be committed (the disk is full) are reported as an
     /// ``SpoolDiagnostic/Kind/uncommittedAtClose`` diagnostic, and returned.
     ///
@@ -295,12 +327,21 @@ public final class EventEngine: Sendable {
 
     /// Every diagnostic from now on, as an `AsyncSequence` (on the delivery
     /// queue, in order with events); it ends when the engine closes.
+    ///
+    /// ```swift
+    /// for await diagnostic in engine.diagnostics() {
+    ///     logger.error("\(diagnostic)")
+    /// }
+    /// ```
     public func diagnostics() -> AsyncStream<SpoolDiagnostic> {
         diagnosticsCenter.stream()
     }
 
     /// How often each kind of diagnostic was reported, and for how many
     /// events, since the engine was created.
+    ///
+    /// Updated as soon as a diagnostic is reported, before the handler and
+    /// streams are called on the delivery queue.
     public var diagnosticCounts: DiagnosticCounts {
         diagnosticsCenter.snapshot
     }
@@ -362,15 +403,23 @@ public final class EventEngine: Sendable {
         }
     }
 
-    /// The current session's id, if one runs.
+    /// The current session's id (a UUIDv7 string), or nil before ``start()``
+    /// and after ``endSession()``. Every event stored during the session
+    /// carries it.
     public var currentSessionID: String? {
         state.withLock { $0.sessionID }
     }
 
     // MARK: - Consent and switches
 
-    /// The user's data-collection consent (L3). While false, nothing is
-    /// recorded or delivered; events waiting for a session are discarded.
+    /// The user's data-collection consent. While false, nothing is recorded,
+    /// delivered or uploaded: `record` returns
+    /// ``RecordOutcome/droppedOptedOut``, and events waiting for a session
+    /// are discarded (a `recordDurably` waiting on one returns
+    /// `droppedOptedOut`).
+    ///
+    /// Events stored before consent was withdrawn stay in the database, are
+    /// not delivered while it is off, and are uploaded once it returns.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent
@@ -381,13 +430,18 @@ public final class EventEngine: Sendable {
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
     }
 
-    /// Turns recording on or off (L3). While off, `record` drops events.
+    /// Turns recording on or off. While off, `record` drops events
+    /// (``RecordOutcome/droppedDisabled``) and nothing is uploaded; events
+    /// already stored stay queued.
     public func setEnabled(_ enabled: Bool) {
         state.withLock { $0.enabled = enabled }
     }
 
     /// Replaces the names that are stored and uploaded but never delivered to
-    /// listeners, as a remote configuration would (L6).
+    /// listeners, as a remote configuration would.
+    ///
+    /// Applies to events delivered from now on, including those committed but
+    /// not yet delivered. `flush_event` stays excluded whatever you pass.
     public func setExcludedEventNames(_ names: Set<String>) {
         state.withLock { $0.undelivered = names.union([ReservedEventName.heartbeat]) }
     }
@@ -397,8 +451,22 @@ public final class EventEngine: Sendable {
     /// Calls `callback` on the delivery queue for every delivered event
     /// matching `topic`, until the returned registration is cancelled.
     ///
+    /// The callback gets each event once, after its commit, in record order,
+    /// after the plain listeners. Events the gates dropped, `flush_event` and
+    /// excluded names never reach it. Recording from inside the callback is
+    /// allowed; the new event is delivered later.
+    ///
     /// For `.ready`: fires once when ``start()`` settles; subscribing after
-    /// that calls `callback` at once, on the caller's thread, exactly once (S6).
+    /// that calls `callback` at once, on the caller's thread, exactly once.
+    ///
+    /// ```swift
+    /// let registration = engine.on("purchase") { event in
+    ///     print(event.id, event.parameters)
+    /// }
+    /// registration.cancel()
+    /// ```
+    ///
+    /// - Returns: a handle; discarding it does not cancel the subscription.
     @discardableResult
     public func on(_ topic: EventTopic, _ callback: @escaping @Sendable (RecordedEvent) -> Void) -> Registration {
         events.registrations.add(topic, callback)

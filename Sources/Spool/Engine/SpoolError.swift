@@ -32,6 +32,7 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// within 2 seconds (another process holding the file's write lock).
     case bufferFull(events: Int, bytes: Int)
 
+    /// A sentence for logs and alerts, naming the path or the event involved.
     public var description: String {
         switch self {
         case .cannotOpen(let path, let reason):

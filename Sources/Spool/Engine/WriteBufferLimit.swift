@@ -20,6 +20,8 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// few megabytes.
     public static let `default` = WriteBufferLimit(maximumEvents: 8_192, maximumBytes: 2 << 20)
 
+    /// A bound of `maximumEvents` events or `maximumBytes` bytes, whichever
+    /// is reached first. Values below 1 count as 1.
     public init(maximumEvents: Int, maximumBytes: Int) {
         self.maximumEvents = max(1, maximumEvents)
         self.maximumBytes = max(1, maximumBytes)

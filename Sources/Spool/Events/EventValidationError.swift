@@ -1,4 +1,9 @@
 /// Why an event was rejected before it was stored.
+///
+/// `record` throws it wrapped in ``SpoolError/invalidEvent(_:)``; nothing was
+/// stored, and the events recorded before and after it are unaffected. A
+/// `path` names the offending value inside the parameters, such as
+/// `.items[2].price`. The limits are in ``EventLimits``.
 public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The name is empty.
     case emptyName
@@ -19,6 +24,7 @@ public enum EventValidationError: Error, Sendable, Hashable, CustomStringConvert
     /// The encoded event is larger than the limit, in bytes.
     case tooLarge(bytes: Int, limit: Int)
 
+    /// A sentence naming the limit and where in the parameters it was broken.
     public var description: String {
         switch self {
         case .emptyName: return "the event name is empty"

@@ -4,12 +4,36 @@ import Foundation
 ///
 /// Dates are encoded once, at record time, as ISO 8601 strings with
 /// milliseconds in UTC (`2026-11-29T10:15:30.123Z`); listeners, the history and
-/// the collector all see that string, never a `Date` (L7).
+/// the collector all see that string, never a `Date`.
+///
+/// Literals build values directly, so parameters read like JSON:
+///
+/// ```swift
+/// try engine.record("purchase", parameters: [
+///     "amount": 9.99,                       // .double
+///     "items": 3,                           // .int
+///     "sku": "A-42",                        // .string
+///     "gift": false,                        // .bool
+///     "tags": ["sale", "summer"],           // .array
+///     "shipping": ["country": "FR"],        // .object
+///     "coupon": nil,                        // .null
+///     "at": .date(Date()),                  // sent as "2026-11-29T10:15:30.123Z"
+/// ])
+/// ```
+///
+/// What a value may hold is bounded by ``EventLimits``; a value outside them
+/// makes `record` throw ``SpoolError/invalidEvent(_:)`` and nothing is stored.
 public enum EventValue: Sendable, Hashable {
+    /// A string, stored as a JSON string.
     case string(String)
+    /// An integer, stored as a JSON integer.
     case int(Int)
     /// A finite double; NaN and infinity are rejected when recorded.
+    ///
+    /// Stored in its shortest round-trip form, always with a `.` or an
+    /// exponent, so it reads back as a double.
     case double(Double)
+    /// A Boolean, stored as JSON `true` or `false`.
     case bool(Bool)
     /// A date, recorded as `YYYY-MM-DDTHH:MM:SS.sssZ` to the nearest
     /// millisecond (halves away from 1970).
@@ -19,8 +43,12 @@ public enum EventValue: Sendable, Hashable {
     /// years; recording any other date, NaN or infinity throws
     /// ``EventValidationError/dateOutOfRange(path:)`` and nothing is stored.
     case date(Date)
+    /// An array of values, stored as a JSON array.
     case array([EventValue])
+    /// Named values, stored as a JSON object with its keys sorted. Keys follow
+    /// the same rules as parameter keys.
     case object([String: EventValue])
+    /// JSON `null`; also what the `nil` literal makes.
     case null
 }
 
@@ -29,13 +57,20 @@ public enum EventValue: Sendable, Hashable {
 extension EventValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
     ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
 {
+    /// `"text"` as ``string(_:)``.
     public init(stringLiteral value: String) { self = .string(value) }
+    /// `42` as ``int(_:)``.
     public init(integerLiteral value: Int) { self = .int(value) }
+    /// `9.99` as ``double(_:)``.
     public init(floatLiteral value: Double) { self = .double(value) }
+    /// `true` as ``bool(_:)``.
     public init(booleanLiteral value: Bool) { self = .bool(value) }
+    /// `[…]` as ``array(_:)``.
     public init(arrayLiteral elements: EventValue...) { self = .array(elements) }
+    /// `nil` as ``null``.
     public init(nilLiteral: ()) { self = .null }
 
+    /// `["key": …]` as ``object(_:)``; a repeated key keeps its last value.
     public init(dictionaryLiteral elements: (String, EventValue)...) {
         self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
     }
@@ -44,16 +79,20 @@ extension EventValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, E
 // MARK: - Accessors
 
 extension EventValue {
+    /// The string, if this is ``string(_:)`` (dates delivered to listeners
+    /// are strings too).
     public var stringValue: String? {
         if case .string(let value) = self { return value }
         return nil
     }
 
+    /// The integer, if this is ``int(_:)``.
     public var intValue: Int? {
         if case .int(let value) = self { return value }
         return nil
     }
 
+    /// The number, if this is ``double(_:)`` or ``int(_:)`` (converted).
     public var doubleValue: Double? {
         switch self {
         case .double(let value): return value
@@ -62,6 +101,7 @@ extension EventValue {
         }
     }
 
+    /// The Boolean, if this is ``bool(_:)``.
     public var boolValue: Bool? {
         if case .bool(let value) = self { return value }
         return nil
@@ -106,6 +146,8 @@ extension Dictionary where Key == String, Value == EventValue {
 // MARK: - Codable
 
 extension EventValue: Codable {
+    /// Reads any JSON value: `null`, a Boolean, an integer (else a double), a
+    /// string, an array or an object. Dates come back as strings.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         // try?: each probe asks "is it this JSON type?"; a miss tries the next,
@@ -127,6 +169,11 @@ extension EventValue: Codable {
         }
     }
 
+    /// Writes the value as JSON, dates as ISO 8601 strings with milliseconds
+    /// in UTC.
+    ///
+    /// - Throws: `EncodingError.invalidValue` for a date outside
+    ///   ``EventLimits/earliestDate`` through ``EventLimits/latestDate``.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {

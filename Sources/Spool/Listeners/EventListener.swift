@@ -17,6 +17,24 @@ import Foundation
 ///   later, to every listener, and counts toward the per-session limit.
 /// - `timestamp` is seconds since 1970 (multiply by 1000 for milliseconds).
 ///   Dates in `parameters` arrive as ISO 8601 strings with milliseconds, UTC.
+/// - The type must be `Sendable`: Spool calls it from its own queue. A class
+///   with mutable state protects it with a lock, or confines it to a queue
+///   of its own.
+///
+/// ```swift
+/// final class AnalyticsForwarder: EventListener {
+///     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+///         // On Spool's delivery queue, in record order, after the commit.
+///     }
+/// }
+/// ```
 public protocol EventListener: AnyObject, Sendable {
+    /// Called once for each delivered event, on Spool's delivery queue, after
+    /// the event is committed.
+    ///
+    /// - Parameters:
+    ///   - name: the name the event was recorded with.
+    ///   - parameters: its parameters, dates as ISO 8601 strings.
+    ///   - timestamp: when `record` accepted it, in seconds since 1970.
     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval)
 }

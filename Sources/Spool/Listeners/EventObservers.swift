@@ -116,6 +116,18 @@ public final class EventObservers: Sendable {
     /// Every delivered event matching `topic`, as an `AsyncSequence`, with the
     /// same order and gates as listeners. The stream ends when the engine
     /// closes or the consuming task is cancelled.
+    ///
+    /// Events are buffered for the consuming task as they are delivered;
+    /// with the default `.unbounded` policy a consumer that falls behind
+    /// holds every event it has not read in memory. Pass
+    /// `.bufferingNewest(n)` to bound it. Streaming `.ready` yields one value
+    /// and ends.
+    ///
+    /// ```swift
+    /// for await event in engine.events.stream("purchase") {
+    ///     print(event.name, event.parameters)
+    /// }
+    /// ```
     public func stream(
         _ topic: EventTopic = .everyEvent,
         bufferingPolicy: AsyncStream<RecordedEvent>.Continuation.BufferingPolicy = .unbounded

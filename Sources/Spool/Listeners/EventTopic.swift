@@ -1,4 +1,9 @@
-/// What an `on(_:_:)` registration listens to.
+/// What an `on(_:_:)` registration or a stream listens to.
+///
+/// A string literal is a topic for that event name:
+/// `engine.on("purchase") { … }` is `engine.on(.named("purchase")) { … }`.
+/// The survey lifecycle events have topics of their own, such as
+/// ``surveyCompleted``.
 public struct EventTopic: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
     enum Kind: Hashable, Sendable {
         case named(String)
@@ -15,6 +20,7 @@ public struct EventTopic: Hashable, Sendable, ExpressibleByStringLiteral, Custom
     /// Fires once when `start()` settles; replayed at once to late subscribers.
     public static let ready = EventTopic(kind: .ready)
 
+    /// The topic for events named `name`, as ``named(_:)``.
     public init(stringLiteral name: String) {
         kind = .named(name)
     }
@@ -23,6 +29,7 @@ public struct EventTopic: Hashable, Sendable, ExpressibleByStringLiteral, Custom
         self.kind = kind
     }
 
+    /// The event name, or `<every event>` / `<ready>`.
     public var description: String {
         switch kind {
         case .named(let name): return name

@@ -2,18 +2,27 @@ import Foundation
 import SpoolStorage
 
 /// One delivered event, as registrations and streams receive it.
+///
+/// It carries what an ``EventListener`` gets, plus the event's stable id, its
+/// position in the log and its session.
 public struct RecordedEvent: Sendable, Hashable {
     /// The stable UUIDv7 the collector deduplicates on (empty for `.ready`).
     public let id: String
     /// The log position (0 for `.ready`).
     public let seq: Int64
+    /// The name the event was recorded with (`ready` for `.ready`).
     public let name: String
     /// The parameters, dates as ISO 8601 strings.
     public let parameters: [String: EventValue]
-    /// Seconds since 1970.
+    /// When `record` accepted the event, in seconds since 1970.
     public let timestamp: TimeInterval
+    /// The session the event was recorded in; nil for events stored without
+    /// one (recorded before `close()` with no session running) and for
+    /// `.ready`.
     public let sessionID: String?
 
+    /// Creates an event value, for tests and for forwarding events you built
+    /// yourself; Spool creates the ones it delivers.
     public init(
         id: String, seq: Int64, name: String, parameters: [String: EventValue], timestamp: TimeInterval,
         sessionID: String?

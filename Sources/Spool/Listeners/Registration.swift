@@ -5,7 +5,7 @@ import SpoolStorage
 ///
 /// Keyed by an internal id, never by the callback, so ``cancel()`` removes
 /// exactly this subscription: calling it twice, or after the callback already
-/// ran, cannot remove another registration that shares the same callback (S4).
+/// ran, cannot remove another registration that shares the same callback.
 /// Discarding the handle does not cancel: the subscription lasts until
 /// `cancel()` or the engine's `close()`.
 public final class Registration: Sendable, Hashable {
@@ -33,6 +33,8 @@ public final class Registration: Sendable, Hashable {
         cancellation.withLock { $0 == nil }
     }
 
+    /// Two handles are equal when they are the same object.
     public static func == (lhs: Registration, rhs: Registration) -> Bool { lhs === rhs }
+    /// Hashes the object's identity, so handles can be kept in a `Set`.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

@@ -2,7 +2,16 @@ import SpoolStorage
 
 /// For hosts that cannot observe the app lifecycle (a watchOS extension
 /// delegate, a command-line tool): forwards to every started engine that
-/// uploads (D9).
+/// uploads.
+///
+/// ```swift
+/// func applicationDidEnterBackground() {          // WKApplicationDelegate
+///     SpoolBackgroundNotifier.applicationDidEnterBackground()
+/// }
+/// ```
+///
+/// Engines are held weakly; an engine joins when its `start()` sets up
+/// uploading. Both calls return at once, from any thread.
 public enum SpoolBackgroundNotifier {
     private static let engines = Protected<[WeakBox<EventEngine>]>([])
 
@@ -17,12 +26,14 @@ public enum SpoolBackgroundNotifier {
         engines.withLock { $0.compactMap(\.object) }
     }
 
-    /// The app moved to the background: upload what is queued.
+    /// The app moved to the background: every engine uploads what is queued,
+    /// as ``EventEngine/applicationDidEnterBackground()`` does.
     public static func applicationDidEnterBackground() {
         for engine in live { engine.applicationDidEnterBackground() }
     }
 
-    /// The app is active again.
+    /// The app is active again: every engine uploads what is due, as
+    /// ``EventEngine/applicationDidBecomeActive()`` does.
     public static func applicationDidBecomeActive() {
         for engine in live { engine.applicationDidBecomeActive() }
     }

@@ -1,7 +1,16 @@
 import Foundation
 
 /// A survey the app can show, with the rules that make it a candidate.
+///
+/// Matching has two stages. An event is a *trigger candidate* for the survey
+/// when its name is in ``triggerEventNames`` (any name for a wildcard
+/// survey), except the survey lifecycle events and `flush_event`. Then the
+/// ``conditions`` are evaluated over the user's event history at the
+/// event's time; when they hold, ``SurveyCenter`` reports a
+/// ``SurveyTrigger``. Spool does not show surveys: your trigger callback does.
 public struct Survey: Sendable, Hashable {
+    /// The survey's id: non-empty and unique among registered surveys. It is
+    /// the `survey_id` parameter of its lifecycle events.
     public let id: String
     /// The events that make this survey a candidate. `nil` is a wildcard: any
     /// event except the survey lifecycle events. An empty set is refused
@@ -11,13 +20,17 @@ public struct Survey: Sendable, Hashable {
     /// Stage-2 conditions a candidate must also meet (default: none).
     public let conditions: SurveyCondition
 
+    /// A survey; validated when registered with ``SurveyCenter/register(_:)``.
     public init(id: String, triggerEventNames: Set<String>? = nil, conditions: SurveyCondition = .always) {
         self.id = id
         self.triggerEventNames = triggerEventNames
         self.conditions = conditions
     }
 
-    /// True when `eventName` makes this survey a trigger candidate (S2).
+    /// True when `eventName` makes this survey a trigger candidate (before
+    /// its conditions are checked). Never true for the survey lifecycle
+    /// events or `flush_event`, so a wildcard survey is not re-triggered by
+    /// its own `survey_dismissed`.
     public func isCandidate(for eventName: String) -> Bool {
         guard !SurveyLifecycleEvent.isLifecycle(eventName), eventName != ReservedEventName.heartbeat else {
             return false

@@ -10,6 +10,18 @@ import SpoolStorage
 /// event or the heartbeat) has its conditions evaluated over the persisted
 /// history, and each one that holds is reported to ``onTrigger(_:)`` and
 /// ``triggers()``, in registration order.
+///
+/// ```swift
+/// try engine.surveys.register(Survey(id: "nps"))     // wildcard: any event
+/// engine.surveys.onTrigger { trigger in
+///     DispatchQueue.main.async { present(trigger.surveyID) }
+/// }
+/// try engine.surveys.markShown("nps")
+/// ```
+///
+/// Registered surveys live in memory: register them again after each launch.
+/// The event history they are evaluated over is in the database and
+/// survives restarts.
 public final class SurveyCenter: Sendable {
     private struct State {
         var surveys: [String: (order: Int, survey: Survey)] = [:]
@@ -53,6 +65,9 @@ public final class SurveyCenter: Sendable {
 
     /// Registers `survey`, replacing one with the same id.
     ///
+    /// It takes part from the next delivered event on; events already
+    /// delivered are not matched again.
+    ///
     /// - Throws: ``SurveyError`` for an empty id, an empty trigger list (use
     ///   `nil` for a wildcard), a negative count or window.
     public func register(_ survey: Survey) throws(SurveyError) {
@@ -82,31 +97,67 @@ public final class SurveyCenter: Sendable {
     // MARK: - Lifecycle events
 
     /// Records `survey_shown` for a registered survey.
+    ///
+    /// Recorded through `record`, like a custom event: the same gates apply,
+    /// and the returned outcome says whether it was stored.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    ///   registered (nothing is recorded), and whatever
+    ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
     public func markShown(_ surveyID: String) throws -> RecordOutcome {
         try recordLifecycle(.shown, surveyID)
     }
 
-    /// Records `survey_dismissed`.
+    /// Records `survey_dismissed` for a registered survey.
+    ///
+    /// Recorded through `record`, like a custom event: the same gates apply,
+    /// and the returned outcome says whether it was stored.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    ///   registered (nothing is recorded), and whatever
+    ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
     public func markDismissed(_ surveyID: String) throws -> RecordOutcome {
         try recordLifecycle(.dismissed, surveyID)
     }
 
-    /// Records `survey_closed`.
+    /// Records `survey_closed` for a registered survey.
+    ///
+    /// Recorded through `record`, like a custom event: the same gates apply,
+    /// and the returned outcome says whether it was stored.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    ///   registered (nothing is recorded), and whatever
+    ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
     public func markClosed(_ surveyID: String) throws -> RecordOutcome {
         try recordLifecycle(.closed, surveyID)
     }
 
-    /// Records `survey_question_answered` with the question and the answer.
+    /// Records `survey_question_answered` for a registered survey, with the
+    /// parameters `question_id` and `answer`.
+    ///
+    /// Recorded through `record`, like a custom event: the same gates apply,
+    /// and the returned outcome says whether it was stored.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    ///   registered (nothing is recorded), and whatever
+    ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
     public func markQuestionAnswered(_ surveyID: String, questionID: String, answer: EventValue) throws -> RecordOutcome
     {
         try recordLifecycle(.questionAnswered, surveyID, ["question_id": .string(questionID), "answer": answer])
     }
 
-    /// Records `survey_completed`.
+    /// Records `survey_completed` for a registered survey.
+    ///
+    /// Recorded through `record`, like a custom event: the same gates apply,
+    /// and the returned outcome says whether it was stored.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    ///   registered (nothing is recorded), and whatever
+    ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
     public func markCompleted(_ surveyID: String) throws -> RecordOutcome {
         try recordLifecycle(.completed, surveyID)
@@ -130,6 +181,10 @@ public final class SurveyCenter: Sendable {
 
     /// Calls `callback` on the delivery queue for every survey that a
     /// recorded event triggered, until the registration is cancelled.
+    ///
+    /// One event can trigger several surveys: the callback is called once per
+    /// survey, in registration order. Return quickly; the delivery queue
+    /// also calls every listener.
     @discardableResult
     public func onTrigger(_ callback: @escaping @Sendable (SurveyTrigger) -> Void) -> Registration {
         triggerCallbacks.add(TriggerTopic(), callback)
@@ -141,6 +196,10 @@ public final class SurveyCenter: Sendable {
     }
 
     /// Whether `condition` holds now over the persisted history.
+    ///
+    /// Counts events committed so far; an event just recorded may not be
+    /// committed yet (use ``EventEngine/recordDurably(_:parameters:)`` first
+    /// when it must count).
     ///
     /// - Throws: ``SurveyError/invalidCondition(surveyID:reason:)`` for a
     ///   negative count or window; ``SpoolError/notStarted`` before `start()`.

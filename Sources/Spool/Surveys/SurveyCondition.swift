@@ -1,6 +1,17 @@
 import Foundation
 
 /// A stage-2 rule over the user's persisted event history.
+///
+/// Evaluated after an event made the survey a candidate, at that event's
+/// time, as indexed counts over the `event_history` table. Combine rules
+/// with ``all(_:)`` and ``any(_:)``:
+///
+/// ```swift
+/// .all([
+///     .eventFrequency(EventFrequency("purchase", .atLeast, 3, in: .days(30))),
+///     .eventFrequency(EventFrequency("survey_completed", .atMost, 1)),
+/// ])
+/// ```
 public indirect enum SurveyCondition: Sendable, Hashable {
     /// EVENT_FREQUENCY: how often an event occurred in a window.
     case eventFrequency(EventFrequency)
