@@ -48,7 +48,8 @@ struct RecordBurstBenchmarks {
             Row(
                 area: "burst", name: "peak RSS, fresh process, \(label) unthrottled record() calls", value: peak,
                 unit: "MB",
-                detail: "\(formatNumber(startRSS)) MB before opening; \(formatNumber(Double(count) / seconds)) events/s",
+                detail:
+                    "\(formatNumber(startRSS)) MB before opening; \(formatNumber(Double(count) / seconds)) events/s",
                 target: count >= 1_000_000 ? 40 : nil, comparison: count >= 1_000_000 ? .atMost : nil))
         report.add(
             Row(

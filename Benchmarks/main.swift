@@ -70,7 +70,8 @@ if let phase {
             let appended = now()
             try await log.waitUntilAllDurable()
             print(
-                "writer, history \(history), index \(index):", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs/event;",
+                "writer, history \(history), index \(index):",
+                formatNumber(Double(now() - start) / Double(count) / 1_000), "µs/event;",
                 "append alone", formatNumber(Double(appended - start) / Double(count) / 1_000), "µs;",
                 "process CPU", formatNumber((processCPUTime() - cpu) / Double(count) * 1e6), "µs/event")
             await log.close()

@@ -6,194 +6,194 @@ extension Migration {
             version: 1,
             name: "event_log",
             sql: ####"""
--- 0001: the event log, consumer positions, event history, dead letters, and
--- the views people use at the sqlite3 CLI. Times are REAL seconds since 1970.
+                -- 0001: the event log, consumer positions, event history, dead letters, and
+                -- the views people use at the sqlite3 CLI. Times are REAL seconds since 1970.
 
--- Every migration the library applied, in order (PRAGMA user_version mirrors
--- the highest one).
-CREATE TABLE schema_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at REAL NOT NULL
-) STRICT;
+                -- Every migration the library applied, in order (PRAGMA user_version mirrors
+                -- the highest one).
+                CREATE TABLE schema_migrations (
+                    version    INTEGER PRIMARY KEY,
+                    name       TEXT NOT NULL,
+                    applied_at REAL NOT NULL
+                ) STRICT;
 
--- The append-only event log: one row per accepted event, in the order the
--- appends were accepted. The writer assigns seq from log_head (below), so
--- positions are never reused after the log is emptied and a consumer's
--- position never points past new events. There is deliberately no index on
--- id: seq is the key, and lookups by id are rare (a collector deduplicates on
--- it, Spool does not).
-CREATE TABLE events (
-    seq         INTEGER PRIMARY KEY,
-    id          TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    parameters  TEXT NOT NULL CHECK (json_valid(parameters)),
-    recorded_at REAL NOT NULL,
-    session_id  TEXT,
-    priority    INTEGER NOT NULL DEFAULT 0 CHECK (priority IN (0, 1))
-) STRICT;
+                -- The append-only event log: one row per accepted event, in the order the
+                -- appends were accepted. The writer assigns seq from log_head (below), so
+                -- positions are never reused after the log is emptied and a consumer's
+                -- position never points past new events. There is deliberately no index on
+                -- id: seq is the key, and lookups by id are rare (a collector deduplicates on
+                -- it, Spool does not).
+                CREATE TABLE events (
+                    seq         INTEGER PRIMARY KEY,
+                    id          TEXT NOT NULL,
+                    name        TEXT NOT NULL,
+                    parameters  TEXT NOT NULL CHECK (json_valid(parameters)),
+                    recorded_at REAL NOT NULL,
+                    session_id  TEXT,
+                    priority    INTEGER NOT NULL DEFAULT 0 CHECK (priority IN (0, 1))
+                ) STRICT;
 
--- The highest log position ever assigned, updated once per commit. One row.
-CREATE TABLE log_head (
-    id       INTEGER PRIMARY KEY CHECK (id = 1),
-    last_seq INTEGER NOT NULL
-) STRICT;
-INSERT INTO log_head (id, last_seq) VALUES (1, 0);
+                -- The highest log position ever assigned, updated once per commit. One row.
+                CREATE TABLE log_head (
+                    id       INTEGER PRIMARY KEY CHECK (id = 1),
+                    last_seq INTEGER NOT NULL
+                ) STRICT;
+                INSERT INTO log_head (id, last_seq) VALUES (1, 0);
 
--- One row per consumer of the log (the uploader, each durable listener): the
--- last position it finished. Events at or below every position are deleted.
-CREATE TABLE consumers (
-    id         TEXT PRIMARY KEY,
-    position   INTEGER NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL
-) STRICT;
+                -- One row per consumer of the log (the uploader, each durable listener): the
+                -- last position it finished. Events at or below every position are deleted.
+                CREATE TABLE consumers (
+                    id         TEXT PRIMARY KEY,
+                    position   INTEGER NOT NULL DEFAULT 0,
+                    updated_at REAL NOT NULL
+                ) STRICT;
 
--- The user's event history for survey trigger rules. Not the upload queue:
--- rows stay after upload and are pruned by age.
-CREATE TABLE event_history (
-    id          INTEGER PRIMARY KEY,
-    name        TEXT NOT NULL,
-    recorded_at REAL NOT NULL
-) STRICT;
-CREATE INDEX event_history_by_name_time ON event_history (name, recorded_at);
-CREATE INDEX event_history_by_time ON event_history (recorded_at);
+                -- The user's event history for survey trigger rules. Not the upload queue:
+                -- rows stay after upload and are pruned by age.
+                CREATE TABLE event_history (
+                    id          INTEGER PRIMARY KEY,
+                    name        TEXT NOT NULL,
+                    recorded_at REAL NOT NULL
+                ) STRICT;
+                CREATE INDEX event_history_by_name_time ON event_history (name, recorded_at);
+                CREATE INDEX event_history_by_time ON event_history (recorded_at);
 
--- Events a collector refused for good, kept with the reason instead of being
--- deleted.
-CREATE TABLE dead_letters (
-    seq         INTEGER PRIMARY KEY,
-    id          TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    parameters  TEXT NOT NULL,
-    recorded_at REAL NOT NULL,
-    session_id  TEXT,
-    status      INTEGER,
-    reason      TEXT NOT NULL,
-    failed_at   REAL NOT NULL
-) STRICT;
+                -- Events a collector refused for good, kept with the reason instead of being
+                -- deleted.
+                CREATE TABLE dead_letters (
+                    seq         INTEGER PRIMARY KEY,
+                    id          TEXT NOT NULL,
+                    name        TEXT NOT NULL,
+                    parameters  TEXT NOT NULL,
+                    recorded_at REAL NOT NULL,
+                    session_id  TEXT,
+                    status      INTEGER,
+                    reason      TEXT NOT NULL,
+                    failed_at   REAL NOT NULL
+                ) STRICT;
 
--- Events each consumer has not finished yet, with readable UTC dates.
-CREATE VIEW pending_events AS
-SELECT c.id AS consumer,
-       e.seq,
-       e.id AS event_id,
-       e.name,
-       strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch') AS recorded,
-       e.session_id,
-       e.parameters
-FROM consumers AS c
-JOIN events AS e ON e.seq > c.position;
+                -- Events each consumer has not finished yet, with readable UTC dates.
+                CREATE VIEW pending_events AS
+                SELECT c.id AS consumer,
+                       e.seq,
+                       e.id AS event_id,
+                       e.name,
+                       strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch') AS recorded,
+                       e.session_id,
+                       e.parameters
+                FROM consumers AS c
+                JOIN events AS e ON e.seq > c.position;
 
--- How far behind each consumer is.
-CREATE VIEW consumer_lag AS
-SELECT c.id AS consumer,
-       c.position,
-       (SELECT count(*) FROM events AS e WHERE e.seq > c.position) AS pending,
-       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
-          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
-       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
-FROM consumers AS c;
+                -- How far behind each consumer is.
+                CREATE VIEW consumer_lag AS
+                SELECT c.id AS consumer,
+                       c.position,
+                       (SELECT count(*) FROM events AS e WHERE e.seq > c.position) AS pending,
+                       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
+                          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
+                       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
+                FROM consumers AS c;
 
--- The log with readable dates.
-CREATE VIEW events_readable AS
-SELECT seq,
-       id,
-       name,
-       strftime('%Y-%m-%d %H:%M:%f', recorded_at, 'unixepoch') AS recorded,
-       session_id,
-       priority,
-       parameters
-FROM events;
+                -- The log with readable dates.
+                CREATE VIEW events_readable AS
+                SELECT seq,
+                       id,
+                       name,
+                       strftime('%Y-%m-%d %H:%M:%f', recorded_at, 'unixepoch') AS recorded,
+                       session_id,
+                       priority,
+                       parameters
+                FROM events;
 
--- Dead letters with readable dates.
-CREATE VIEW dead_letters_readable AS
-SELECT seq,
-       id,
-       name,
-       status,
-       reason,
-       strftime('%Y-%m-%d %H:%M:%f', recorded_at, 'unixepoch') AS recorded,
-       strftime('%Y-%m-%d %H:%M:%f', failed_at, 'unixepoch') AS failed,
-       parameters
-FROM dead_letters;
+                -- Dead letters with readable dates.
+                CREATE VIEW dead_letters_readable AS
+                SELECT seq,
+                       id,
+                       name,
+                       status,
+                       reason,
+                       strftime('%Y-%m-%d %H:%M:%f', recorded_at, 'unixepoch') AS recorded,
+                       strftime('%Y-%m-%d %H:%M:%f', failed_at, 'unixepoch') AS failed,
+                       parameters
+                FROM dead_letters;
 
-"""####
+                """####
         ),
         Migration(
             version: 2,
             name: "consumer_drops",
             sql: ####"""
--- 0002: the log's retention bound. When the log holds more events than the
--- configured maximum, the oldest give way even if a consumer has not finished
--- them; that consumer's position jumps past them and `dropped` counts them,
--- so the loss is visible instead of silent. `dropped_reported` is how many of
--- those a durable listener has already been told about.
+                -- 0002: the log's retention bound. When the log holds more events than the
+                -- configured maximum, the oldest give way even if a consumer has not finished
+                -- them; that consumer's position jumps past them and `dropped` counts them,
+                -- so the loss is visible instead of silent. `dropped_reported` is how many of
+                -- those a durable listener has already been told about.
 
-ALTER TABLE consumers ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE consumers ADD COLUMN dropped_reported INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE consumers ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE consumers ADD COLUMN dropped_reported INTEGER NOT NULL DEFAULT 0;
 
-DROP VIEW consumer_lag;
-CREATE VIEW consumer_lag AS
-SELECT c.id AS consumer,
-       c.position,
-       (SELECT count(*) FROM events AS e WHERE e.seq > c.position) AS pending,
-       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
-          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
-       c.dropped,
-       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
-FROM consumers AS c;
+                DROP VIEW consumer_lag;
+                CREATE VIEW consumer_lag AS
+                SELECT c.id AS consumer,
+                       c.position,
+                       (SELECT count(*) FROM events AS e WHERE e.seq > c.position) AS pending,
+                       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
+                          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
+                       c.dropped,
+                       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
+                FROM consumers AS c;
 
-"""####
+                """####
         ),
         Migration(
             version: 3,
             name: "consumer_leases",
             sql: ####"""
--- 0003: consumer leases. Several processes may share this file (an app and
--- its extensions). Each consumer — the uploader, a durable listener — is run
--- by one process at a time: the one named in lease_owner, until
--- lease_expires (seconds since 1970). An expired lease is free again, so a
--- process killed while holding one blocks the others for at most one lease
--- period. A consumer's position is only ever read and advanced inside a
--- transaction, never trusted from memory.
+                -- 0003: consumer leases. Several processes may share this file (an app and
+                -- its extensions). Each consumer — the uploader, a durable listener — is run
+                -- by one process at a time: the one named in lease_owner, until
+                -- lease_expires (seconds since 1970). An expired lease is free again, so a
+                -- process killed while holding one blocks the others for at most one lease
+                -- period. A consumer's position is only ever read and advanced inside a
+                -- transaction, never trusted from memory.
 
-ALTER TABLE consumers ADD COLUMN lease_owner TEXT;
-ALTER TABLE consumers ADD COLUMN lease_expires REAL NOT NULL DEFAULT 0;
+                ALTER TABLE consumers ADD COLUMN lease_owner TEXT;
+                ALTER TABLE consumers ADD COLUMN lease_expires REAL NOT NULL DEFAULT 0;
 
--- consumer_lag: pending comes from positions (the log has no gaps after a
--- consumer's position), so the view answers at once at any backlog; the
--- lease shows which process runs the consumer and until when.
-DROP VIEW consumer_lag;
-CREATE VIEW consumer_lag AS
-SELECT c.id AS consumer,
-       c.position,
-       max(0, (SELECT last_seq FROM log_head) - c.position) AS pending,
-       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
-          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
-       c.dropped,
-       c.lease_owner,
-       CASE WHEN c.lease_owner IS NULL THEN NULL
-            ELSE strftime('%Y-%m-%d %H:%M:%f', c.lease_expires, 'unixepoch') END AS lease_until,
-       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
-FROM consumers AS c;
+                -- consumer_lag: pending comes from positions (the log has no gaps after a
+                -- consumer's position), so the view answers at once at any backlog; the
+                -- lease shows which process runs the consumer and until when.
+                DROP VIEW consumer_lag;
+                CREATE VIEW consumer_lag AS
+                SELECT c.id AS consumer,
+                       c.position,
+                       max(0, (SELECT last_seq FROM log_head) - c.position) AS pending,
+                       (SELECT strftime('%Y-%m-%d %H:%M:%f', e.recorded_at, 'unixepoch')
+                          FROM events AS e WHERE e.seq > c.position ORDER BY e.seq LIMIT 1) AS oldest_pending,
+                       c.dropped,
+                       c.lease_owner,
+                       CASE WHEN c.lease_owner IS NULL THEN NULL
+                            ELSE strftime('%Y-%m-%d %H:%M:%f', c.lease_expires, 'unixepoch') END AS lease_until,
+                       strftime('%Y-%m-%d %H:%M:%f', c.updated_at, 'unixepoch') AS updated
+                FROM consumers AS c;
 
-"""####
+                """####
         ),
         Migration(
             version: 4,
             name: "history_pruned_by_position",
             sql: ####"""
--- 0004: event_history is pruned by position, not by a time index.
---
--- Rows are appended in commit order, so their ids grow with time: the
--- oldest rows are the lowest ids. Pruning by age walks from the lowest id
--- until the first row young enough (cost proportional to what it deletes),
--- and a row bound deletes below max(id) - bound. The recorded_at index was
--- only used for pruning, and every commit paid for it (one more B-tree
--- insert per event); EVENT_FREQUENCY rules use (name, recorded_at).
-DROP INDEX event_history_by_time;
+                -- 0004: event_history is pruned by position, not by a time index.
+                --
+                -- Rows are appended in commit order, so their ids grow with time: the
+                -- oldest rows are the lowest ids. Pruning by age walks from the lowest id
+                -- until the first row young enough (cost proportional to what it deletes),
+                -- and a row bound deletes below max(id) - bound. The recorded_at index was
+                -- only used for pruning, and every commit paid for it (one more B-tree
+                -- insert per event); EVENT_FREQUENCY rules use (name, recorded_at).
+                DROP INDEX event_history_by_time;
 
-"""####
+                """####
         ),
     ]
 }

@@ -56,8 +56,6 @@ package struct EventRecord: Sendable {
     var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
 }
 
-
-
 /// A receipt for one append: its place in the acceptance order and its id.
 package struct AppendReceipt: Sendable, Hashable {
     package let ticket: UInt64

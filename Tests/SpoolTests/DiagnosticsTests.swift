@@ -66,4 +66,20 @@ struct DiagnosticsTests {
         #expect(report?.eventCount == 5)
         #expect((report?.error as? SQLiteError)?.resultCode == .full, "\(String(describing: report))")
     }
+
+    @Test("a second close() does nothing and reports nothing")
+    func closingTwiceIsQuiet() async throws {
+        let directory = TemporaryDirectory()
+        let handled = Protected<[SpoolDiagnostic.Kind]>([])
+        let listener = CollectingListener()
+        let engine = try await startedEngine(directory) { configuration in
+            configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic.kind) } }
+        } before: { engine in
+            engine.events.addDurableObserver(listener, id: "twice")
+        }
+        try engine.record("one")
+        #expect(await engine.close() == 0)
+        #expect(await engine.close() == 0)
+        #expect(handled.withLock { $0.isEmpty }, "\(handled.withLock { $0 })")
+    }
 }

@@ -144,7 +144,7 @@ struct EventLogTests {
             let pages = try connection.scalarInt("PRAGMA page_count")
             _ = try connection.scalarInt("PRAGMA max_page_count = \(pages)")
         }
-        let big = String(repeating: "x", count: 20_000)
+        let big = String(repeating: "x", count: 100_000)
         var receipts: [AppendReceipt] = []
         for index in 0..<50 {
             receipts.append(

@@ -269,11 +269,13 @@ public final class EventEngine: Sendable {
     /// - Returns: how many accepted events could not be committed (0 normally).
     @discardableResult
     public func close() async -> Int {
-        let (log, waiting) = state.withLock { state -> (EventLog?, [Waiting]) in
+        let (log, waiting, alreadyClosed) = state.withLock { state -> (EventLog?, [Waiting], Bool) in
+            guard state.phase != .closed else { return (nil, [], true) }
             state.phase = .closed
             defer { state.waiting.removeAll() }
-            return (state.log, state.waiting)
+            return (state.log, state.waiting, false)
         }
+        guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
         guard let log else {
             for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
             events.finishAll()
