@@ -72,8 +72,14 @@ package final class Connection {
             return
         }
         let code = errno
-        if code == EEXIST { return }
-        throw StorageError.cannotOpen(path: path, reason: String(cString: strerror(code)))
+        guard code == EEXIST else {
+            throw StorageError.cannotOpen(path: path, reason: String(cString: strerror(code)))
+        }
+        // An existing file is tightened to 0600 too (it holds personal data),
+        // with its -wal and -shm. A file this process does not own (EPERM)
+        // is left as it is; nothing else can fail here that SQLite would not
+        // report when it opens the file.
+        for file in [path, path + "-wal", path + "-shm"] { _ = chmod(file, 0o600) }
     }
 
     private func configure(_ options: ConnectionOptions) throws {
@@ -85,9 +91,12 @@ package final class Connection {
         } catch let error as SQLiteError where error.resultCode == .notADatabase {
             throw StorageError.notADatabase(path: path)
         }
-        if !isInMemory, try scalarInt("PRAGMA page_size") != Self.newFilePageSize, try isEmptyFile() {
-            // Only a new, empty file takes a page size, and only before WAL.
+        if !isInMemory, try isEmptyFile() {
+            // Only a new, empty file takes these, and only before WAL: its page
+            // size, and incremental auto-vacuum, which lets the file shrink
+            // back in small steps after a drain (see `shrink`).
             try execute("PRAGMA page_size = \(Self.newFilePageSize)")
+            try execute("PRAGMA auto_vacuum = INCREMENTAL")
         }
         if !isInMemory {
             let mode = try retryingWhileBusy(for: options.busyTimeoutMilliseconds) {

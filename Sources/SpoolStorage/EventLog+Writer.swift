@@ -58,6 +58,7 @@ extension EventLog {
     private func keepForRetry(_ remaining: ArraySlice<Pending>, after error: any Error) {
         let last = remaining[remaining.endIndex - 1].ticket
         let reported: any Error = (error as? SQLiteError).map { StorageError.notYetCommitted($0) } ?? error
+        // Position waiters stay: those events are committed by a later attempt.
         let (failed, handler, buffered) = state.withLock { state in
             state.buffer.insert(contentsOf: remaining, at: 0)
             state.bufferedBytes += remaining.reduce(0) { $0 + $1.record.bufferedBytes }
@@ -76,13 +77,19 @@ extension EventLog {
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
         let head = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
-        let (ready, handler, recovered, failureHandler) = state.withLock { state in
+        let (ready, handler, recovered, failureHandler, positions) = state.withLock { state in
             state.durableThrough = last
+            state.lastCommittedHead = head
+            // Tickets in a group are consecutive, as are its positions.
+            let positions = takePositionWaiters(through: last, from: &state).map { waiter in
+                (waiter.completion, head - Int64(last - waiter.ticket))
+            }
             let recovered = state.consecutiveFailures
             state.consecutiveFailures = 0
             state.lastFailure = nil
             return (
-                takeWaiters(through: last, from: &state), state.commitHandler, recovered, state.failureHandler
+                takeWaiters(through: last, from: &state), state.commitHandler, recovered, state.failureHandler,
+                positions
             )
         }
         if recovered > 0 { failureHandler?(.commitRecovered(failures: recovered)) }
@@ -90,18 +97,32 @@ extension EventLog {
         // is already on its way to listeners.
         handler?(group.count, head) { Self.committedEvents(group, head: head) }
         for waiter in ready { waiter.continuation.resume() }
+        for (completion, position) in positions { completion(.success(position)) }
+    }
+
+    private func takePositionWaiters(
+        through ticket: UInt64, from state: inout State
+    ) -> [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] {
+        guard state.positionWaiters.contains(where: { $0.ticket <= ticket }) else { return [] }
+        defer { state.positionWaiters.removeAll { $0.ticket <= ticket } }
+        return state.positionWaiters.filter { $0.ticket <= ticket }
     }
 
     /// Drops one row the database refused: its callers get `error`, and the
     /// log moves on.
     private func reject(_ pending: Pending, _ error: SQLiteError) {
-        let (failed, handler) = state.withLock { state in
+        let (failed, handler, positions, head) = state.withLock { state in
             state.rejected[pending.ticket] = error
             state.durableThrough = max(state.durableThrough, pending.ticket)
-            return (takeWaiters(through: pending.ticket, from: &state), state.failureHandler)
+            return (
+                takeWaiters(through: pending.ticket, from: &state), state.failureHandler,
+                takePositionWaiters(through: pending.ticket, from: &state), state.lastCommittedHead
+            )
         }
         handler?(.rowRejected(error))
         for waiter in failed { waiter.continuation.resume(throwing: error) }
+        // The refused event has no position: the one before it stands for it.
+        for waiter in positions { waiter.completion(.success(head)) }
     }
 
     private func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {
@@ -223,13 +244,17 @@ extension EventLog {
     }
 
     func failAll(_ error: any Error) {
-        let waiters = state.withLock { state in
-            defer { state.waiters.removeAll() }
+        let (waiters, positions) = state.withLock { state in
+            defer {
+                state.waiters.removeAll()
+                state.positionWaiters.removeAll()
+            }
             state.commitScheduled = false
-            return state.waiters
+            return (state.waiters, state.positionWaiters)
         }
         state.broadcast()
         for waiter in waiters { waiter.continuation.resume(throwing: error) }
+        for waiter in positions { waiter.completion(.failure(error)) }
     }
 }
 

@@ -55,6 +55,8 @@ package final class EventLog: Sendable {
         case rowRejected(SQLiteError)
         /// An append was refused: the buffer is at its bound while commits fail.
         case appendRefused
+        /// Giving space back after a drain failed; the file stays larger.
+        case shrinkFailed(any Error)
     }
 
     /// One buffered event: the record and the random half of its id (the
@@ -94,6 +96,15 @@ package final class EventLog: Sendable {
         var historySincePrune = 0
         /// Appenders waiting for room.
         var waitingForRoom = 0
+        /// When the file should give space back, and whether a timer waits for it.
+        var shrinkDue: Date?
+        var shrinkScheduled = false
+        var shrinkDelay: TimeInterval = 5
+        /// The log's head after this log's last commit: the position of the
+        /// last event it committed.
+        var lastCommittedHead: Int64 = 0
+        /// ``positionOfLastAppended()`` callers, by the ticket they wait for.
+        var positionWaiters: [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] = []
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
         var rejected: [UInt64: SQLiteError] = [:]
@@ -257,6 +268,32 @@ package final class EventLog: Sendable {
             }
             if let immediate { continuation.resume(with: immediate) }
         }
+    }
+
+    /// The log position of the last event appended before this call, once it
+    /// is committed: "everything recorded so far" as a position (events
+    /// appended later, here or by another process, come after it).
+    ///
+    /// A failed commit does not end the wait: the event keeps its place and
+    /// the answer comes when a later attempt commits it.
+    ///
+    /// - Throws: ``StorageError/closed`` when the log closes first.
+    package func positionOfLastAppended() async throws -> Int64 {
+        try await withCheckedThrowingContinuation { continuation in
+            positionOfLastAppended { continuation.resume(with: $0) }
+        }
+    }
+
+    /// ``positionOfLastAppended()`` for a synchronous caller: which event is
+    /// "the last" is settled now, the answer comes once it is committed.
+    package func positionOfLastAppended(_ completion: @escaping @Sendable (Result<Int64, any Error>) -> Void) {
+        let immediate: Int64? = state.withLock { state in
+            let ticket = state.nextTicket - 1
+            if ticket <= state.durableThrough { return state.lastCommittedHead }
+            state.positionWaiters.append((ticket, completion))
+            return nil
+        }
+        if let immediate { completion(.success(immediate)) }
     }
 
     /// How many appends were accepted so far.

@@ -56,6 +56,8 @@ extension DiagnosticsCenter {
             report(.commitRecovered, "commits succeed again after \(failures) failed attempts")
         case .rowRejected(let error):
             report(.eventRejected, eventCount: 1, error: error, "the database refused one event; it is not stored")
+        case .shrinkFailed(let error):
+            report(.fileNotShrunk, error: error, "the database file could not give space back after a drain")
         case .appendRefused:
             report(.recordRefused, eventCount: 1, "an event was refused: the buffer is full while commits fail")
         }

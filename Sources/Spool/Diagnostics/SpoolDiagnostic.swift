@@ -51,6 +51,10 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case uploadFailed
         /// The collector refused these events for good; they are in `dead_letters`.
         case eventsDeadLettered
+        /// The database file could not give space back after the queue
+        /// drained (another process reading it, an I/O error); it stays
+        /// larger until the next drain.
+        case fileNotShrunk
     }
 
     /// What happened.

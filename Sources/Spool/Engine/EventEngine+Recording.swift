@@ -40,15 +40,15 @@ extension EventEngine {
     ///   ``SQLiteError`` when the database refused that one row.
     @discardableResult
     public func recordDurably(_ name: String, parameters: [String: EventValue] = [:]) async throws -> RecordOutcome {
-        let waiter = WaitingOutcomeBox()
-        let accepted = try accept(name, parameters: parameters, settle: waiter.settle)
+        let waiter = Promise<WaitingOutcome>()
+        let accepted = try accept(name, parameters: parameters, settle: waiter.fulfill)
         switch accepted.outcome {
         case .recorded:
             guard let log = accepted.log, let receipt = accepted.receipt else { return accepted.outcome }
             try await waitUntilDurable(receipt, in: log)
             return accepted.outcome
         case .queuedUntilSessionStart:
-            switch await waiter.value() {
+            switch await waiter.value {
             case .appended(let receipt, let log):
                 try await waitUntilDurable(receipt, in: log)
                 return .recorded(id: receipt.id)
@@ -156,34 +156,5 @@ extension EventEngine {
         guard let receipt else { return nil }
         if counted { state.sessionCount += 1 }
         return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
-    }
-}
-
-/// A one-shot hand-off of what became of a waiting event to an awaiting
-/// `recordDurably`.
-private final class WaitingOutcomeBox: Sendable {
-    private let state = Protected<
-        (outcome: EventEngine.WaitingOutcome?, continuation: CheckedContinuation<EventEngine.WaitingOutcome, Never>?)
-    >((nil, nil))
-
-    var settle: @Sendable (EventEngine.WaitingOutcome) -> Void {
-        { outcome in
-            let continuation = self.state.withLock { state in
-                defer { state.continuation = nil }
-                if state.continuation == nil && state.outcome == nil { state.outcome = outcome }
-                return state.continuation
-            }
-            continuation?.resume(returning: outcome)
-        }
-    }
-
-    func value() async -> EventEngine.WaitingOutcome {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state in
-                if state.outcome == nil { state.continuation = continuation }
-                return state.outcome
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
     }
 }

@@ -16,6 +16,9 @@ extension EventEngine {
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
         try await SpoolError.bridgingAsync {
             try await settle()
+            // Consent came back while the queue before it was being
+            // discarded: that finishes first, then what came after uploads.
+            await pendingDiscard()?.value
             try await uploader.flush()
         }
     }
@@ -75,7 +78,7 @@ extension EventEngine {
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter
         ) {
-            state.withLock { $0.consent && $0.enabled }
+            state.withLock { $0.consent && $0.enabled && $0.uploads == .allowed }
         }
         try await uploader.start()
         uploaderBox.withLock { $0 = uploader }

@@ -65,6 +65,20 @@ public final class EventEngine: Sendable {
         var waiting: [Waiting] = []
         var waitingDropped = 0
         var log: EventLog?
+        /// Whether the uploader may run: consent withdrawn means the events
+        /// before it are being discarded, and nothing uploads until that is
+        /// saved.
+        var uploads = Uploads.allowed
+    }
+
+    enum Uploads {
+        case allowed
+        case discarding(Task<Void, Never>)
+
+        static func == (lhs: Uploads, rhs: Uploads) -> Bool {
+            if case .allowed = lhs, case .allowed = rhs { return true }
+            return false
+        }
     }
 
     /// An event accepted while no session runs.
@@ -420,13 +434,26 @@ public final class EventEngine: Sendable {
     /// are discarded (a `recordDurably` waiting on one returns
     /// `droppedOptedOut`).
     ///
-    /// Events stored before consent was withdrawn stay in the database, are
-    /// not delivered while it is off, and are uploaded once it returns.
+    /// Withdrawing consent also discards the upload queue: nothing recorded
+    /// before is uploaded after, when consent returns, in this process or the
+    /// next. The events stay in the database for durable listeners and the
+    /// survey history (``withdrawConsent(erasingData:)`` can erase them, and
+    /// returns once the queue is discarded); uploads wait until the discard
+    /// is saved.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent
             guard !consent else { return [] }
             defer { state.waiting.removeAll() }
+            guard let log = state.log, state.uploads == .allowed else { return state.waiting }
+            // Which events are "before" is settled now, under this lock:
+            // everything appended so far. The position arrives once they are
+            // committed.
+            let position = Promise<Result<Int64, any Error>>()
+            log.positionOfLastAppended(position.fulfill)
+            // A task: the seed's setConsent is synchronous and the discard
+            // needs the database; uploads are held until it is saved.
+            state.uploads = .discarding(Task { await self.discardUploads(through: position) })
             return state.waiting
         }
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }

@@ -22,6 +22,9 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidEvent(EventValidationError)
     /// A configuration value is out of range.
     case invalidConfiguration(String)
+    /// The event was waiting for a session when ``EventEngine/eraseAllData()``
+    /// erased everything queued; it was never stored.
+    case erased
     /// The commit holding this accepted event failed (the disk is full, an
     /// I/O error). The event is still buffered and Spool commits it when the
     /// database accepts writes again: do not record it again.
@@ -52,6 +55,8 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
             return "Invalid event: \(reason)"
         case .invalidConfiguration(let reason):
             return "Invalid configuration: \(reason)"
+        case .erased:
+            return "The event was erased before it was stored"
         case .stillBuffered(let id, let reason):
             return
                 "Event \(id) is accepted but not committed yet (\(reason)); it stays buffered and is retried — do not record it again"

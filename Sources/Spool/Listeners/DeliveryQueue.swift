@@ -244,6 +244,18 @@ package final class DeliveryQueue: @unchecked Sendable {
         }
     }
 
+    /// Every event up to `head` was erased: durable listeners stand there now
+    /// (the database already moved their positions), so the gap is no drop.
+    func erased(through head: Int64) {
+        queue.async {
+            for (id, var state) in self.durables {
+                state.deliveredThrough = max(state.deliveredThrough, head)
+                state.savedThrough = max(state.savedThrough, head)
+                self.durables[id] = state
+            }
+        }
+    }
+
     // MARK: - Draining
 
     /// Returns once everything enqueued so far has been delivered.

@@ -63,6 +63,10 @@ actor Uploader {
     private var timerTask: Task<Void, Never>?
     private var random = FastRandom()
     private var closed = false
+    /// Holds from ``pause()``: while above zero no pass starts.
+    private var pauses = 0
+    /// A trigger arrived while paused: run once resumed.
+    private var triggeredWhilePaused = false
     private var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     private var lastFailure: String?
 
@@ -187,6 +191,11 @@ actor Uploader {
     private func trigger(force: Bool) {
         signals.withLock { $0.flushRequested = false }
         guard !closed else { return }
+        guard pauses == 0 else {
+            triggeredWhilePaused = true
+            rerunForced = rerunForced || force
+            return
+        }
         if running {
             rerun = true
             rerunForced = rerunForced || force
@@ -225,6 +234,42 @@ actor Uploader {
         for continuation in stopped { continuation.resume() }
     }
 
+    /// Waits for the pass in flight (its request answered, its position
+    /// saved) and starts no other until ``resume()``: for erasure and consent
+    /// withdrawal, which must not race an upload.
+    func pause() async {
+        pauses += 1
+        guard running else { return }
+        await withCheckedContinuation { stopped.append($0) }
+    }
+
+    /// Ends one ``pause()``, with the position read again from the database
+    /// (erasure moved it) and what was requested meanwhile started.
+    func resume() throws {
+        pauses = max(0, pauses - 1)
+        guard pauses == 0 else { return }
+        let (position, head) = try log.database.onQueue { connection in
+            (try connection.position(of: Self.consumerID) ?? 0, try connection.headPosition())
+        }
+        signals.withLock { signals in
+            signals.position = position
+            signals.head = head
+        }
+        if triggeredWhilePaused || !waiting.isEmpty {
+            triggeredWhilePaused = false
+            trigger(force: rerunForced)
+        }
+    }
+
+    /// Moves the uploader past `position` (never back), so none of the
+    /// events up to it is ever uploaded: the user withdrew consent. Call
+    /// while paused.
+    func discard(through position: Int64) throws {
+        let consumer = Self.consumerID
+        _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: position) }
+        signals.withLock { $0.position = max($0.position, position) }
+    }
+
     /// `stop()` waited long enough for the request in flight.
     private func abandonInFlight() {
         resumeStopped()
@@ -250,6 +295,8 @@ actor Uploader {
             uploadedThrough = nil
             switch step {
             case .empty:
+                // Drained: the file gives back what the queue no longer needs.
+                log.scheduleShrink()
                 return
             case .heldElsewhere(let lease):
                 retryWhenFree(lease)

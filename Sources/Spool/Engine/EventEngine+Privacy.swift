@@ -1,0 +1,120 @@
+import Foundation
+import SpoolStorage
+
+// MARK: - Erasure and consent withdrawal
+
+extension EventEngine {
+    /// Deletes everything Spool keeps about the user: queued events (those
+    /// waiting for a session too), the event history, dead letters and
+    /// durable-listener positions, and makes the deleted bytes unrecoverable
+    /// from the database, its `-wal` and `-shm` files.
+    ///
+    /// Everything recorded before the call is erased: events still buffered
+    /// are committed first, then deleted with `secure_delete` on (their bytes
+    /// overwritten with zeros) in one transaction; the WAL, which still holds
+    /// earlier copies of those pages, is checkpointed and truncated to zero
+    /// bytes; and the file is rebuilt to its live size. An upload in flight
+    /// is allowed to finish first (a request already sent cannot be called
+    /// back), and none starts until the erasure is done, so no erased event is
+    /// uploaded after this returns. Durable listeners resume with the events
+    /// recorded after it; they are not told of the erased ones as drops.
+    ///
+    /// Use it for an account deletion or an erasure request (GDPR, CCPA).
+    ///
+    /// - Throws: ``SpoolError/notStarted`` before `start()`; a ``SQLiteError``
+    ///   when the database could not be written (nothing was deleted then),
+    ///   or with `.busy` when another process held a read transaction so
+    ///   long that the WAL could not be truncated (the rows are deleted; call
+    ///   again to finish).
+    public func eraseAllData() async throws {
+        guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
+        let waiting = state.withLock { state -> [Waiting] in
+            defer { state.waiting.removeAll() }
+            return state.waiting
+        }
+        for entry in waiting { entry.settle?(.failed(SpoolError.erased)) }
+        try await quiescingUploads {
+            do {
+                try await log.waitUntilAllDurable()
+            } catch StorageError.notYetCommitted {
+                // The disk is full: what cannot be committed is erased from
+                // memory instead, below, and never reaches the file.
+            }
+            let head = try await SpoolError.bridgingAsync {
+                try await log.database.run { connection -> Int64 in
+                    let head = try connection.eraseAll()
+                    try connection.truncateWAL()
+                    try connection.vacuum()
+                    try connection.truncateWAL()
+                    return head
+                }
+            }
+            delivery.erased(through: head)
+        }
+    }
+
+    /// Withdraws the user's consent, as ``setConsent(_:)`` with `false`, and
+    /// returns once nothing recorded before is left to upload.
+    ///
+    /// From the call on nothing is recorded, delivered or uploaded. An upload
+    /// in flight is allowed to finish; then the upload queue is discarded —
+    /// the uploader's position moves past every event recorded so far, in the
+    /// database, so they are not uploaded when consent returns, in this
+    /// process or the next.
+    ///
+    /// - Parameter erasingData: also erase everything else Spool keeps about
+    ///   the user, as ``eraseAllData()`` does. The default, `false`, keeps
+    ///   the local event history and durable-listener positions: withdrawing
+    ///   consent stops collection, while erasure is a separate request the
+    ///   app makes when the user asks for it (account deletion).
+    public func withdrawConsent(erasingData: Bool = false) async throws {
+        setConsent(false)
+        await pendingDiscard()?.value
+        if erasingData { try await eraseAllData() }
+    }
+
+    /// The discard a consent withdrawal started, while it runs.
+    func pendingDiscard() -> Task<Void, Never>? {
+        state.withLock { state in
+            if case .discarding(let task) = state.uploads { return task }
+            return nil
+        }
+    }
+
+    /// Moves the uploader past `position` (the last event recorded before
+    /// consent was withdrawn) once it is committed, with uploads held; tries
+    /// again until it is saved or the engine closes, then lets uploads go on.
+    func discardUploads(through position: Promise<Result<Int64, any Error>>) async {
+        var delay: UInt64 = 100_000_000
+        while true {
+            do {
+                let through = try await position.value.get()
+                try await quiescingUploads { try await uploaderBox.withLock { $0 }?.discard(through: through) }
+                break
+            } catch {
+                guard state.withLock({ $0.phase == .started }) else { break }
+                diagnosticsCenter.report(
+                    .uploadFailed, error: SpoolError.bridge(error),
+                    "the upload queue could not be discarded after consent was withdrawn; uploads wait")
+                try? await Task.sleep(nanoseconds: delay)  // try?: only cancellation, which never comes here
+                delay = min(delay * 2, 30_000_000_000)
+            }
+        }
+        state.withLock { $0.uploads = .allowed }
+        uploaderBox.withLock { $0 }?.requestFlushFromAnyThread()
+    }
+
+    /// Runs `body` with no upload pass running (one in flight finishes first)
+    /// and none starting until it returns.
+    private func quiescingUploads(_ body: () async throws -> Void) async throws {
+        let uploader = uploaderBox.withLock { $0 }
+        await uploader?.pause()
+        do {
+            try await body()
+        } catch {
+            try? await uploader?.resume()  // try?: the error below is the one to report
+            throw SpoolError.bridge(error)
+        }
+        try await SpoolError.bridgingAsync { try await uploader?.resume() }
+    }
+}

@@ -1,0 +1,78 @@
+import CSQLite
+import Foundation
+
+extension Connection {
+    /// Deletes every queued event, the whole history and the dead letters,
+    /// and moves every consumer to the head with its drop counts cleared, in
+    /// one transaction with `secure_delete` on: the deleted rows' bytes are
+    /// overwritten with zeros in the database file, not just unlinked.
+    ///
+    /// Positions stay where the log's head is, so no position is ever
+    /// reused. The caller then ``truncateWAL()`` (the WAL still holds the
+    /// rows' earlier frames) and ``vacuum()``.
+    ///
+    /// - Returns: the head the consumers now stand at.
+    @discardableResult
+    package func eraseAll() throws -> Int64 {
+        try execute("PRAGMA secure_delete = ON")
+        defer {
+            // try?: turning secure deletion off again only costs speed if it
+            // fails; nothing is lost or kept.
+            try? execute("PRAGMA secure_delete = OFF")
+        }
+        return try transaction {
+            let head = try headPosition()
+            try execute("DELETE FROM events")
+            try execute("DELETE FROM event_history")
+            try execute("DELETE FROM dead_letters")
+            try withStatement(
+                "UPDATE consumers SET position = ?, dropped = 0, dropped_reported = 0, updated_at = ?"
+            ) { statement in
+                try statement.bind(head, at: 1)
+                try statement.bind(Date().timeIntervalSince1970, at: 2)
+                try statement.step()
+            }
+            return head
+        }
+    }
+
+    /// Copies the whole WAL into the database file and truncates the WAL to
+    /// zero bytes, waiting at most the busy timeout for readers.
+    ///
+    /// - Throws: ``SQLiteError`` with `.busy` when another connection (a
+    ///   reader in another process) kept it from completing.
+    package func truncateWAL() throws {
+        var logFrames: Int32 = 0
+        var checkpointed: Int32 = 0
+        let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed)
+        try check(code, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    /// Rebuilds the file with only its live pages (and incremental
+    /// auto-vacuum from then on). Cost is proportional to what is left.
+    package func vacuum() throws {
+        try execute("PRAGMA auto_vacuum = INCREMENTAL")
+        try execute("VACUUM")
+    }
+
+    /// Pages on the freelist: space the file could give back.
+    package func freePageCount() throws -> Int {
+        try scalarInt("PRAGMA freelist_count")
+    }
+
+    /// The file's page size in bytes.
+    package func pageSize() throws -> Int {
+        try scalarInt("PRAGMA page_size")
+    }
+
+    /// True when the file can shrink in steps (`auto_vacuum = INCREMENTAL`).
+    package func hasIncrementalVacuum() throws -> Bool {
+        try scalarInt("PRAGMA auto_vacuum") == 2
+    }
+
+    /// Gives back up to `pages` free pages at the end of the file.
+    package func incrementalVacuum(pages: Int) throws {
+        // The count cannot be bound; it is our own integer.
+        try execute("PRAGMA incremental_vacuum(\(max(1, pages)))")
+    }
+}

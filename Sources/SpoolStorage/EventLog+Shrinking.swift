@@ -1,0 +1,77 @@
+import Foundation
+
+// MARK: - Giving space back after a drain (on the database queue)
+
+extension EventLog {
+    /// Free space the file keeps rather than give back (page churn between
+    /// bursts would only grow it again).
+    static let keptFreeBytes = 1 << 20
+    /// Pages given back per step, so a commit never waits long behind one.
+    static let shrinkStepBytes = 4 << 20
+
+    /// Gives the space a drained log no longer needs back to the file system,
+    /// ``shrinkDelay`` seconds from now (later calls before then push it back): free
+    /// pages go in steps of ``shrinkStepBytes`` between commits, then the WAL
+    /// is truncated. A file made before incremental auto-vacuum is rebuilt
+    /// once, when the log is empty (its cost is what is left: the history).
+    package func scheduleShrink() {
+        let (delay, start) = state.withLock { state -> (TimeInterval, Bool) in
+            let delay = state.shrinkDelay
+            state.shrinkDue = Date().addingTimeInterval(delay)
+            defer { state.shrinkScheduled = true }
+            return (delay, !state.shrinkScheduled)
+        }
+        if start { waitForShrink(delay) }
+    }
+
+    /// How long after a drain the file gives space back (5 s; tests shorten it).
+    package var shrinkDelay: TimeInterval {
+        get { state.withLock { $0.shrinkDelay } }
+        set { state.withLock { $0.shrinkDelay = max(0, newValue) } }
+    }
+
+    /// One timer at a time, however often a drain asks: when it fires early
+    /// (asked again meanwhile) it waits for the rest.
+    private func waitForShrink(_ delay: TimeInterval) {
+        database.asyncAfter(delay) { [weak self] connection in
+            guard let self, let connection else { return }
+            let remaining = self.state.withLock { state -> TimeInterval in
+                let remaining = state.shrinkDue.map { $0.timeIntervalSinceNow } ?? 0
+                if remaining <= 0 { state.shrinkScheduled = false }
+                return remaining
+            }
+            if remaining > 0 { return self.waitForShrink(remaining) }
+            self.shrinkStep(connection)
+        }
+    }
+
+    private func shrinkStep(_ connection: Connection) {
+        database.assertOnQueue()
+        do {
+            let pageSize = max(512, try connection.pageSize())
+            let free = try connection.freePageCount()
+            if free * pageSize > Self.keptFreeBytes {
+                if try connection.hasIncrementalVacuum() {
+                    try connection.incrementalVacuum(pages: Self.shrinkStepBytes / pageSize)
+                    // The next step after whatever commits queued meanwhile.
+                    database.async { [weak self] connection in
+                        guard let self, let connection else { return }
+                        self.shrinkStep(connection)
+                    }
+                    return
+                }
+                if try connection.scalarInt("SELECT count(*) FROM (SELECT 1 FROM events LIMIT 1)") == 0 {
+                    try connection.vacuum()
+                }
+            }
+            try connection.truncateWAL()
+        } catch let error as SQLiteError where error.resultCode == .busy {
+            // A reader (the checkpointer, another process) held the WAL:
+            // try again later rather than keep the space until the next drain.
+            scheduleShrink()
+        } catch {
+            // Nothing is lost: the file stays larger until the next drain.
+            state.withLock { $0.failureHandler }?(.shrinkFailed(error))
+        }
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// Erasure, consent withdrawal and the file giving space back.
+struct PrivacyTests {
+    static let marker = "erase-me-7f3a9c"
+
+    /// How often `marker` appears in the raw bytes of the database, its WAL
+    /// and its shared-memory file.
+    static func occurrences(of marker: String, besides database: URL) -> [String: Int] {
+        let needle = Array(marker.utf8)
+        var found: [String: Int] = [:]
+        for suffix in ["", "-wal", "-shm"] {
+            let path = database.path + suffix
+            guard let data = FileManager.default.contents(atPath: path) else { continue }
+            let bytes = [UInt8](data)
+            var count = 0
+            var index = 0
+            while index + needle.count <= bytes.count {
+                if bytes[index] == needle[0] && Array(bytes[index..<(index + needle.count)]) == needle {
+                    count += 1
+                    index += needle.count
+                } else {
+                    index += 1
+                }
+            }
+            found[(database.lastPathComponent) + suffix] = count
+        }
+        return found
+    }
+
+    @Test(
+        "eraseAllData leaves no trace of erased events in the database, -wal or -shm, with a durable listener attached and an upload in flight"
+    )
+    func erasureLeavesNoTrace() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let listener = CollectingListener()
+        let missed = Protected(0)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
+        engine.events.addDurableObserver(listener, id: "warehouse") { count in missed.withLock { $0 += count } }
+        try await engine.start()
+        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        for index in 0..<300 {
+            try engine.record(
+                Self.marker, parameters: ["email": .string("\(Self.marker)-\(index)@example.com"), "i": .int(index)])
+        }
+        try await engine.settle()
+        #expect(Self.occurrences(of: Self.marker, besides: database).values.reduce(0, +) > 0, "the marker is on disk")
+
+        // An upload in flight: the collector holds its answer for a while.
+        try await collector.control(["mode": "hang", "hang_seconds": 1, "times": 1])
+        let flush = Task { try? await engine.flush() }  // try?: the hung request fails; erasure is what is tested
+        _ = await collector.waitFor { !$0.isEmpty }
+        try await engine.eraseAllData()
+        let erasedAt = Date().timeIntervalSince1970
+        _ = await flush.value
+
+        let found = Self.occurrences(of: Self.marker, besides: database)
+        #expect(found.values.reduce(0, +) == 0, "marker occurrences after erasure: \(found)")
+        // Nothing erased is uploaded after the call returned.
+        try await engine.flush()
+        let late = collector.requests().filter { $0.t > erasedAt && !$0.ids.isEmpty }
+        #expect(late.isEmpty, "\(late.count) requests with events after erasure")
+        #expect(try await engine.uploadStatistics().pending == 0)
+        // The engine goes on: new events are stored, delivered and uploaded;
+        // the durable listener is not told the erased events were dropped.
+        listener.received.withLock { $0.removeAll() }
+        try await engine.recordDurably("after_erasure")
+        try await engine.settle()
+        #expect(listener.customNames == ["after_erasure"])
+        #expect(missed.withLock { $0 } == 0)
+        try await engine.flush()
+        #expect(collector.requests().last?.eventNames.contains("after_erasure") == true)
+        await engine.close()
+        #expect(Self.occurrences(of: Self.marker, besides: database).values.reduce(0, +) == 0)
+    }
+
+    @Test(
+        "after setConsent(false), nothing recorded before is uploaded when consent returns, in this process or the next"
+    )
+    func withdrawnConsentNeverUploadsWhatCameBefore() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 503])  // nothing gets through yet
+        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        try await first.start()
+        for index in 0..<20 { try first.record("before_withdrawal", parameters: ["i": .int(index)]) }
+        try await first.settle()
+        first.setConsent(false)
+        first.setConsent(true)  // back at once: the discard must still win
+        try await collector.control(["mode": "ok"])
+        try first.record("after_consent_returned")
+        try await first.flush()
+        await first.close()
+
+        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        try await second.start()
+        try await second.flush()
+        await second.close()
+        let uploaded = collector.requests().filter { $0.status == 200 }.flatMap(\.eventNames)
+        #expect(!uploaded.contains("before_withdrawal"), "\(uploaded)")
+        #expect(uploaded.contains("after_consent_returned"))
+    }
+
+    @Test("withdrawConsent(erasingData: true) erases what is on disk; the default keeps the history")
+    func withdrawingConsentCanErase() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory)
+        try engine.record(Self.marker, parameters: ["email": .string(Self.marker)])
+        try await engine.settle()
+        try await engine.withdrawConsent()
+        #expect(
+            try await engine.surveys.evaluate(.eventFrequency(EventFrequency(Self.marker, .exactly, 1))),
+            "the default keeps the history")
+        try await engine.withdrawConsent(erasingData: true)
+        #expect(try await engine.surveys.evaluate(.eventFrequency(EventFrequency(Self.marker, .exactly, 0))))
+        await engine.close()
+        #expect(Self.occurrences(of: Self.marker, besides: directory.databaseURL).values.reduce(0, +) == 0)
+    }
+
+    @Test("after the queue drains, the file and its WAL give their space back without the app doing anything")
+    func theFileShrinksBackAfterADrain() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        try await engine.start()
+        try #require(engine.state.withLock { $0.log }).shrinkDelay = 0.2
+        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        let padding = EventValue.string(String(repeating: "p", count: 1_000))
+        for index in 0..<10_000 { try engine.record("bulk", parameters: ["i": .int(index), "pad": padding]) }
+        try await engine.settle()
+        func size() -> Int {
+            ["", "-wal"].reduce(0) { total, suffix in
+                let attributes = try? FileManager.default.attributesOfItem(atPath: database.path + suffix)
+                return total + ((attributes?[.size] as? Int) ?? 0)
+            }
+        }
+        let full = size()
+        #expect(full > 10_000_000, "\(full) bytes with the queue full")
+        try await engine.flush()
+        let deadline = Date().addingTimeInterval(20)
+        while size() > 2_000_000 && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
+        print("file + WAL: \(full >> 10) KiB with 10,000 events queued, \(size() >> 10) KiB after the drain")
+        #expect(size() < 2_000_000, "file + WAL after the drain: \(size()) bytes")
+        await engine.close()
+    }
+}
+
+extension TestCollector.Request {
+    /// The event names in Spool's body format.
+    var eventNames: [String] {
+        guard let data = Data(base64Encoded: raw),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let events = object["events"] as? [[String: Any]]
+        else { return [] }
+        return events.compactMap { $0["name"] as? String }
+    }
+}
