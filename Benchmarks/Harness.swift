@@ -142,6 +142,33 @@ final class Report {
         }
     }
 
+    /// Runs a phase in a fresh process with `arguments` and returns the
+    /// values it printed as `VALUE <key> <number>` (rows it printed are added).
+    func runIsolatedValues(_ phase: String, _ arguments: [String]) throws -> [String: Double] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = ["--phase", phase] + arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw NSError(
+                domain: "spool-bench", code: Int(process.terminationStatus),
+                userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
+        }
+        var values: [String: Double] = [:]
+        for line in String(decoding: output, as: UTF8.self).split(separator: "\n") {
+            if line.hasPrefix("ROW ") { add(try JSONDecoder().decode(Row.self, from: Data(line.dropFirst(4).utf8))) }
+            let fields = line.split(separator: " ")
+            if fields.count == 3, fields[0] == "VALUE", let value = Double(fields[2]) {
+                values[String(fields[1])] = value
+            }
+        }
+        return values
+    }
+
     func format(_ row: Row) -> String {
         var verdict = ""
         if let passed = row.passed, let target = row.target, let comparison = row.comparison {

@@ -12,6 +12,8 @@ var quick = false
 var output = "spool-bench-results.json"
 var only: String?
 var phase: String?
+var phaseDatabase: URL?
+var phaseCount = 0
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -19,8 +21,11 @@ while let argument = arguments.popFirst() {
     case "--output": output = arguments.popFirst() ?? output
     case "--only": only = arguments.popFirst()
     case "--phase": phase = arguments.popFirst()
+    case "--database": phaseDatabase = arguments.popFirst().map { URL(fileURLWithPath: $0) }
+    case "--count": phaseCount = arguments.popFirst().flatMap { Int($0) } ?? 0
     case "-h", "--help":
-        print("usage: spool-bench [--quick] [--output PATH] [--only append|burst|listen|upload|history|drain]")
+        print(
+            "usage: spool-bench [--quick] [--output PATH] [--only append|burst|footprint|listen|upload|history|drain]")
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
@@ -42,6 +47,10 @@ if let phase {
     case "burst-300k": try await RecordBurstBenchmarks(quick: quick, report: report).burst(300_000)
     case "burst-1m": try await RecordBurstBenchmarks(quick: quick, report: report).burst(1_000_000)
     case "buffered-bytes": try await RecordBurstBenchmarks(quick: quick, report: report).bufferedBytes()
+    case "footprint-build": try await FootprintBenchmarks.build(phaseDatabase!, count: phaseCount)
+    case "footprint-start": try await FootprintBenchmarks.start(phaseDatabase!)
+    case "footprint-erase": try await FootprintBenchmarks.erase(phaseDatabase!)
+    case "footprint-drain": try await FootprintBenchmarks.drain(phaseDatabase!)
     case "record-parts":
         // Where record's time goes: the caller's side alone (validate, encode,
         // gates — opted out, so nothing is appended), the writer alone
@@ -109,6 +118,9 @@ if only == nil || only == "append" {
 }
 if only == nil || only == "burst" {
     try RecordBurstBenchmarks(quick: quick, report: report).run()
+}
+if only == nil || only == "footprint" {
+    try FootprintBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "listen" {
     try await ListenerBenchmarks(quick: quick, report: report).run()

@@ -10,16 +10,18 @@ extension EventLog {
     static let shrinkStepBytes = 4 << 20
 
     /// Gives the space a drained log no longer needs back to the file system,
-    /// ``shrinkDelay`` seconds from now (later calls before then push it back): free
+    /// ``shrinkDelay`` seconds after the first drain that asks: free
     /// pages go in steps of ``shrinkStepBytes`` between commits, then the WAL
     /// is truncated. A file made before incremental auto-vacuum is rebuilt
     /// once, when the log is empty (its cost is what is left: the history).
     package func scheduleShrink() {
         let (delay, start) = state.withLock { state -> (TimeInterval, Bool) in
-            let delay = state.shrinkDelay
-            state.shrinkDue = Date().addingTimeInterval(delay)
-            defer { state.shrinkScheduled = true }
-            return (delay, !state.shrinkScheduled)
+            // The first drain sets the time; later ones do not push it back
+            // (a steady trickle of uploads would postpone it forever).
+            guard !state.shrinkScheduled else { return (0, false) }
+            state.shrinkScheduled = true
+            state.shrinkDue = Date().addingTimeInterval(state.shrinkDelay)
+            return (state.shrinkDelay, true)
         }
         if start { waitForShrink(delay) }
     }
@@ -30,8 +32,7 @@ extension EventLog {
         set { state.withLock { $0.shrinkDelay = max(0, newValue) } }
     }
 
-    /// One timer at a time, however often a drain asks: when it fires early
-    /// (asked again meanwhile) it waits for the rest.
+    /// One timer at a time, however often a drain asks.
     private func waitForShrink(_ delay: TimeInterval) {
         database.asyncAfter(delay) { [weak self] connection in
             guard let self, let connection else { return }
