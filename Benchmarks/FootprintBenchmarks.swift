@@ -118,7 +118,7 @@ struct FootprintBenchmarks {
         func probe(_ calls: Int, until done: () -> Bool = { false }) async throws -> Histogram {
             var timings = Histogram()
             for index in 0..<calls {
-                timings.add(timed { try? engine.record("probe") })  // try?: timing only
+                timings.add(timed { _ = try? engine.record("probe") })  // try?: timing only
                 if index % 100 == 99 {
                     try await Task.sleep(nanoseconds: 20_000_000)
                     if done() { break }
