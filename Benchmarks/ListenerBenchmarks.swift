@@ -46,11 +46,12 @@ struct ListenerBenchmarks {
         report.add(
             comparison, area: "record", unit: "events/s", spool: "record(10 parameters) until durable",
             spoolDetail: "median of \(rounds) × \(count)", baseline: "raw SQLite insert of the same JSON (baseline)",
-            ratio: "ratio record / raw SQLite", target: 0.4)
+            ratio: "ratio record / raw SQLite", target: 0.7)
         report.add(
             Row(
-                area: "record", name: "caller's cost per record (validate + encode + append)",
-                value: Samples(values: callerCost).median, unit: "µs", detail: "mean over a tight loop"))
+                area: "record", name: "caller's time per record, mean over the loop",
+                value: Samples(values: callerCost).median, unit: "µs",
+                detail: "includes waiting for the writer past the buffer's bound; the median call is in the burst rows"))
     }
 
     /// What Spool stores for `parameters`; the baseline inserts the same bytes.

@@ -51,6 +51,14 @@ if let phase {
     case "footprint-start": try await FootprintBenchmarks.start(phaseDatabase!)
     case "footprint-erase": try await FootprintBenchmarks.erase(phaseDatabase!)
     case "footprint-drain": try await FootprintBenchmarks.drain(phaseDatabase!)
+    case "caller":
+        // record()'s caller side alone, for a profiler: opted out, so nothing is appended.
+        let gated = EventEngine(configuration: EngineConfiguration(consent: false))
+        try await gated.start()
+        let start = now()
+        for _ in 0..<2_000_000 { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        print("caller side, no append:", formatNumber(Double(now() - start) / 2e9 * 1e3), "µs")
+        await gated.close()
     case "record-parts":
         // Where record's time goes: the caller's side alone (validate, encode,
         // gates — opted out, so nothing is appended), the writer alone

@@ -122,21 +122,25 @@ struct EventEncoder {
         bytes.append(UInt8(ascii: "{"))
         // String's `<` has a memcmp fast path for ASCII keys; any fixed order
         // makes the output deterministic.
-        let entries = object.sorted { $0.key < $1.key }
-        for (index, entry) in entries.enumerated() {
+        // Sorting the dictionary's indices, not copies of its entries: no
+        // value is copied (retained and released) to be put in order.
+        var order = Array(object.indices)
+        order.sort { object[$0].key < object[$1].key }
+        for (index, position) in order.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            let keyBytes = entry.key.utf8.count
+            let (key, value) = object[position]
+            let keyBytes = key.utf8.count
             guard keyBytes > 0, keyBytes <= EventLimits.maximumKeyBytes,
-                !entry.key.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
+                !key.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
             else {
-                throw .invalidKey(path: "." + entry.key.debugDescription)
+                throw .invalidKey(path: "." + key.debugDescription)
             }
-            writeString(entry.key)
+            writeString(key)
             bytes.append(UInt8(ascii: ":"))
             do {
-                try write(entry.value, depth: depth)
+                try write(value, depth: depth)
             } catch {
-                throw error.prefixed(with: "." + entry.key)
+                throw error.prefixed(with: "." + key)
             }
         }
         bytes.append(UInt8(ascii: "}"))
