@@ -14,6 +14,7 @@ package final class Checkpointer: @unchecked Sendable {
     private let queue = DispatchQueue(label: "spool.checkpoint", qos: .utility)
     private var connection: Connection?
     private let pending = Protected(false)
+    private let paused = Protected(false)
     /// WAL pages after which a background checkpoint is requested (SQLite's
     /// default threshold too).
     package let thresholdPages: Int32
@@ -79,7 +80,10 @@ package final class Checkpointer: @unchecked Sendable {
             defer { pending = true }
             return !pending
         }
-        guard start else { return }
+        guard start, !paused.withLock({ $0 }) else {
+            if start { pending.withLock { $0 = false } }
+            return
+        }
         queue.async {
             self.pending.withLock { $0 = false }
             self.checkpoint()
@@ -90,6 +94,18 @@ package final class Checkpointer: @unchecked Sendable {
         guard let connection else { return }
         // PASSIVE: copy what can be copied without waiting for the writer.
         sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    }
+
+    /// Waits for a running checkpoint and starts no other until ``resume()``.
+    package func pause() async {
+        paused.withLock { $0 = true }
+        await withCheckedContinuation { continuation in queue.async { continuation.resume() } }
+    }
+
+    /// Checkpoints again, starting with one pass now.
+    package func resume() {
+        paused.withLock { $0 = false }
+        request()
     }
 
     /// Waits for a running checkpoint and closes the connection.

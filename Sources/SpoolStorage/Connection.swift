@@ -142,13 +142,13 @@ package final class Connection {
     /// and SQLite reports a competing process (an app and its extension
     /// opening the file together) at once instead of calling the busy handler.
     private func retryingWhileBusy<T>(for milliseconds: Int32, _ body: () throws -> T) throws -> T {
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, milliseconds)) * 1_000_000
+        let deadline = Date().addingTimeInterval(Double(max(0, milliseconds)) / 1_000)
         var pause: UInt32 = 1_000
         while true {
             do {
                 return try body()
             } catch let error as SQLiteError
-                where error.resultCode == .busy && DispatchTime.now().uptimeNanoseconds < deadline
+                where error.resultCode == .busy && Date() < deadline
             {
                 usleep(pause)
                 pause = min(pause * 2, 50_000)

@@ -15,6 +15,15 @@ package final class DatabaseQueue: @unchecked Sendable {
     private let queue: DispatchQueue
     private var connection: Connection?
     private let checkpointer: Checkpointer?
+    /// Suspended (the app is about to be suspended by the OS): no block
+    /// touches the connection; work waits in `deferred` until resumed.
+    /// Confined to `queue`; `gate` mirrors it for callers elsewhere.
+    private var suspended = false
+    private var deferred: [() -> Void] = []
+    private let gate = Protected(false)
+    /// Told, on the queue, when work arrives while suspended (the engine
+    /// opens a background window to run it).
+    package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
     /// The path as given (`:memory:` for an in-memory database).
     package let path: String
     /// An executor that runs an actor's jobs on this queue, so the actor can
@@ -25,7 +34,11 @@ package final class DatabaseQueue: @unchecked Sendable {
 
     /// Opens the database at `path` (``Connection/inMemoryPath`` for a private
     /// in-memory one) and applies every embedded migration.
+    ///
+    /// - Throws: ``StorageError/unsupportedSQLite(version:reason:)`` before
+    ///   touching the file when the linked SQLite is too old.
     package init(path: String, options: ConnectionOptions = ConnectionOptions()) throws {
+        try SQLiteRequirements.check()
         self.path = path
         self.queue = DispatchQueue(label: "spool.database", qos: .utility)
         self.executor = QueueExecutor(queue: queue)
@@ -68,32 +81,46 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// queue (it checks).
     package func sync<T>(_ body: (Connection) throws -> T) throws -> T {
         dispatchPrecondition(condition: .notOnQueue(queue))
-        return try queue.sync {
-            guard let connection else { throw StorageError.closed }
-            return try body(connection)
+        while true {
+            let result: Result<T, any Error>? = queue.sync {
+                guard !suspended else {
+                    askForWindow()
+                    return nil
+                }
+                guard let connection else { return .failure(StorageError.closed) }
+                return Result { try body(connection) }
+            }
+            if let result { return try result.get() }
+            // Suspended: wait (off the queue) until resumed, then try again.
+            _ = gate.wait(until: .distantFuture) { !$0 }
         }
     }
 
     /// Runs `body` on the queue without waiting. `body` gets nil once closed.
     package func async(_ body: @escaping @Sendable (Connection?) -> Void) {
-        queue.async { body(self.connection) }
+        queue.async { self.perform { body(self.connection) } }
     }
 
     /// Runs `body` on the queue after `delay` seconds; `body` gets nil once
     /// closed. The wait does not keep this object alive.
     package func asyncAfter(_ delay: TimeInterval, _ body: @escaping @Sendable (Connection?) -> Void) {
-        queue.asyncAfter(deadline: .now() + delay) { [weak self] in body(self?.connection) }
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self else { return body(nil) }
+            self.perform { body(self.connection) }
+        }
     }
 
     /// Runs `body` on the queue and awaits its result.
     package func run<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             queue.async {
-                guard let connection = self.connection else {
-                    continuation.resume(throwing: StorageError.closed)
-                    return
+                self.perform {
+                    guard let connection = self.connection else {
+                        continuation.resume(throwing: StorageError.closed)
+                        return
+                    }
+                    continuation.resume(with: Result { try body(connection) })
                 }
-                continuation.resume(with: Result { try body(connection) })
             }
         }
     }
@@ -115,8 +142,56 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// queue (an actor whose executor is ``executor``).
     package func onQueue<T>(_ body: (Connection) throws -> T) throws -> T {
         assertOnQueue()
+        guard !suspended else { throw StorageError.suspended }
         guard let connection else { throw StorageError.closed }
         return try body(connection)
+    }
+
+    // MARK: - Suspension
+
+    /// Runs `work` now, or keeps it for ``resume()`` while suspended.
+    private func perform(_ work: @escaping () -> Void) {
+        guard suspended else { return work() }
+        deferred.append(work)
+        if deferred.count == 1 { askForWindow() }
+    }
+
+    private func askForWindow() {
+        onDeferredWork.withLock { $0 }?()
+    }
+
+    /// True while ``suspend()`` holds.
+    package var isSuspended: Bool { gate.withLock { $0 } }
+
+    /// Stops touching the file: waits for the block running now (a commit
+    /// finishes; statements are never left open across blocks), then keeps
+    /// every later one for ``resume()``; the checkpointer finishes its pass
+    /// and starts no other. No lock and no read transaction is held on the
+    /// file from when this returns until ``resume()`` — what an app sharing
+    /// the file through an app group needs before iOS suspends it.
+    package func suspend() async {
+        await withCheckedContinuation { continuation in
+            queue.async {
+                self.suspended = true
+                self.gate.withLock { $0 = true }
+                continuation.resume()
+            }
+        }
+        await checkpointer?.pause()
+    }
+
+    /// Touches the file again: runs what waited, in order.
+    package func resume() {
+        checkpointer?.resume()
+        queue.async {
+            guard self.suspended else { return }
+            self.suspended = false
+            self.gate.withLock { $0 = false }
+            self.gate.broadcast()
+            let work = self.deferred
+            self.deferred.removeAll()
+            for item in work { item() }
+        }
     }
 
     /// Closes the connection after every block already queued has run.

@@ -11,6 +11,11 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     case schemaTooNew(path: String, version: Int, latestKnown: Int)
     /// A setting that must hold could not be applied (for example WAL mode).
     case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
+    /// The linked SQLite library cannot run Spool's schema; no file was touched.
+    case unsupportedSQLite(version: String, reason: String)
+    /// The database is suspended (the app is in the background); the work
+    /// was not done.
+    case suspended
     /// The log or database was closed.
     case closed
     /// The commit holding the event failed (disk full, I/O error); the event
@@ -28,6 +33,8 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
             return "\(path) has schema version \(version), newer than \(latestKnown)"
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
+        case .unsupportedSQLite(let version, let reason): return "SQLite \(version) is not supported: \(reason)"
+        case .suspended: return "suspended"
         case .closed: return "closed"
         case .notYetCommitted(let error): return "not committed yet (\(error)); still buffered"
         case .bufferFull(let events, let bytes): return "buffer full: \(events) events, \(bytes) bytes"

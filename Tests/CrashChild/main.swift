@@ -25,6 +25,18 @@
 //             Waits until START_AT, then starts an engine with an uploader and
 //             a durable listener (every first-launch registration), prints
 //             "READY" or "STARTFAIL <error>", and closes.
+// --suspension CONTROL_DIR
+//             Drives the public SpoolBackgroundNotifier: prints "SUSPENDED"
+//             once the database let go of the file in the background and
+//             waits for CONTROL_DIR/checked1; records durably in the
+//             background, prints "SUSPENDED2" once it let go again and waits
+//             for CONTROL_DIR/checked2; then becomes active, records, closes
+//             and prints "DONE".
+// --notifier COLLECTOR_URL
+//             An uploading engine records one event (printing "ID <event id>"),
+//             then the public SpoolBackgroundNotifier sends the app to the
+//             background (upload, then suspension: "SUSPENDED") and back;
+//             prints "DONE".
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -187,6 +199,58 @@ case "--open":
         emit("STARTFAIL \(error)")
     }
     await engine.close()
+    exit(0)
+
+case "--suspension":
+    guard arguments.count >= 5 else { exit(2) }
+    let control = URL(fileURLWithPath: arguments[4])
+    func waitFor(_ suspended: Bool, _ engine: EventEngine) async throws {
+        for _ in 0..<1_000 where engine.isDatabaseSuspended != suspended {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+    func waitForFile(_ name: String) async throws {
+        let path = control.appendingPathComponent(name).path
+        for _ in 0..<3_000 where !FileManager.default.fileExists(atPath: path) {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+    let engine = EventEngine(configuration: EngineConfiguration(database: .file(url)))
+    let printer = Printer()
+    engine.events.addDurableObserver(printer, id: "suspension")
+    try await engine.start()
+    for index in 0..<200 { try engine.record("foreground", parameters: ["n": .int(index)]) }
+    _ = try await engine.recordDurably("foreground_last")
+    SpoolBackgroundNotifier.applicationDidEnterBackground()
+    try await waitFor(true, engine)
+    emit(engine.isDatabaseSuspended ? "SUSPENDED" : "NOT SUSPENDED")
+    try await waitForFile("checked1")
+    _ = try await engine.recordDurably("background", parameters: ["id": "background"])
+    emit("RECORDED")
+    try await waitFor(true, engine)
+    emit(engine.isDatabaseSuspended ? "SUSPENDED2" : "NOT SUSPENDED2")
+    try await waitForFile("checked2")
+    SpoolBackgroundNotifier.applicationDidBecomeActive()
+    try await waitFor(false, engine)
+    _ = try await engine.recordDurably("foreground_again", parameters: ["id": "foreground_again"])
+    await engine.close()
+    emit("DONE")
+    exit(0)
+
+case "--notifier":
+    guard arguments.count >= 5, let collector = URL(string: arguments[4]) else { exit(2) }
+    let engine = EventEngine(
+        configuration: EngineConfiguration(
+            database: .file(url), collectorURL: collector,
+            dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 60, requestTimeout: 5)))
+    try await engine.start()
+    if case .recorded(let id) = try await engine.recordDurably("via_notifier") { emit("ID \(id)") }
+    SpoolBackgroundNotifier.applicationDidEnterBackground()
+    for _ in 0..<1_000 where !engine.isDatabaseSuspended { try await Task.sleep(nanoseconds: 10_000_000) }
+    emit(engine.isDatabaseSuspended ? "SUSPENDED" : "NOT SUSPENDED")
+    SpoolBackgroundNotifier.applicationDidBecomeActive()
+    await engine.close()
+    emit("DONE")
     exit(0)
 
 case "--cycles":

@@ -254,12 +254,19 @@ struct DispatcherRuleTests {
         engine.applicationDidEnterBackground()
         #expect(await collector.waitFor { $0.flatMap(\.ids).count == 2 })
 
-        try engine.record("via_notifier")
-        try await engine.settle()
-        SpoolBackgroundNotifier.applicationDidEnterBackground()
-        #expect(await collector.waitFor { $0.flatMap(\.ids).count == 3 })
         engine.applicationDidBecomeActive()
         await engine.close()
+
+        // The process-wide notifier, in a process of its own: it sends every
+        // engine of its process to the background, which would reach other
+        // tests' engines here.
+        let child = try ProcessBoundaryTests.Child(
+            [directory.file("notifier.sqlite").path, "notifier", "--notifier", collector.url.absoluteString],
+            in: directory, name: "notifier")
+        let lines = await child.finish(timeout: 60)
+        let id = try #require(lines.first { $0.hasPrefix("ID ") }.map { String($0.dropFirst(3)) }, "\(lines)")
+        #expect(lines.contains("SUSPENDED") && lines.last == "DONE", "\(lines)")
+        #expect(collector.acceptedIDs().contains(id), "uploaded on entering the background, before suspending")
     }
 
     @Test("D1: events recorded while the collector is unreachable stay queued across restarts and go out in order")

@@ -82,6 +82,13 @@ public struct EngineConfiguration: Sendable {
     public var maximumHistoryRows: Int?
     /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
     public var writeBuffer: WriteBufferLimit
+    /// Whether Spool stops touching the database file while the app is in
+    /// the background (after uploading what waits), so that iOS can suspend
+    /// the app without a lock on a file in an app-group container (which it
+    /// punishes with exception 0xdead10cc). Default true. Events recorded
+    /// meanwhile are committed in short background windows. Set false only
+    /// for a database outside any shared container.
+    public var suspendsInBackground: Bool = true
     /// Called with every ``SpoolDiagnostic``: failures Spool cannot return to
     /// a caller (a commit failing on a full disk, a position that could not
     /// be saved, events `close()` could not commit…) and recoveries. Called

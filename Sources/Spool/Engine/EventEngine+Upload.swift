@@ -19,30 +19,9 @@ extension EventEngine {
             // Consent came back while the queue before it was being
             // discarded: that finishes first, then what came after uploads.
             await pendingDiscard()?.value
-            try await uploader.flush()
+            // In the background the database is suspended: wake it for this.
+            try await withDatabaseAwake { try await uploader.flush() }
         }
-    }
-
-    /// Call when the app enters the background: queued events are uploaded
-    /// now. Spool calls it itself where UIKit reports the lifecycle; hosts
-    /// that cannot observe it (watchOS extensions, app extensions, other
-    /// platforms) call it, or ``SpoolBackgroundNotifier``, themselves.
-    ///
-    /// Returns at once from any thread; the upload runs in the background
-    /// and waits out a backoff in progress. Does nothing without a
-    /// `collectorURL`.
-    public func applicationDidEnterBackground() {
-        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
-        uploader.requestFlushFromAnyThread()
-    }
-
-    /// Call when the app becomes active again: uploads what is due.
-    ///
-    /// Returns at once from any thread, like
-    /// ``applicationDidEnterBackground()``.
-    public func applicationDidBecomeActive() {
-        guard let uploader = uploaderBox.withLock({ $0 }) else { return }
-        uploader.requestFlushFromAnyThread()
     }
 
     /// What the uploader has done and what waits.
@@ -79,15 +58,12 @@ extension EventEngine {
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads == .allowed }
+                && !log.database.isSuspended
         }
         try await uploader.start()
         uploaderBox.withLock { $0 = uploader }
         // Weak: the uploader holds the dispatcher, which holds this handler.
         defaults?.setFlushHandler { [weak uploader] in uploader?.requestFlushFromAnyThread() }
-        SpoolBackgroundNotifier.register(self)
-        #if canImport(UIKit) && !os(watchOS)
-            observeApplicationLifecycle()
-        #endif
         return uploader
     }
 

@@ -69,6 +69,10 @@ public final class EventEngine: Sendable {
         /// before it are being discarded, and nothing uploads until that is
         /// saved.
         var uploads = Uploads.allowed
+        /// The app is in the background (its database suspended).
+        var inBackground = false
+        /// Lifecycle notification observers, removed at close.
+        var lifecycleTokens: [any NSObjectProtocol] = []
     }
 
     enum Uploads {
@@ -219,6 +223,10 @@ public final class EventEngine: Sendable {
             log.database.close()
             throw SpoolError.closed
         }
+        log.database.onDeferredWork.withLock { handler in
+            handler = { [weak self] in self?.runDeferredWorkInBackgroundWindow() }
+        }
+        startObservingLifecycle()
         startSession()
         // Ready fires once the start-up events (session_start and those
         // recorded before start) are committed and delivered; start() returns
@@ -290,6 +298,8 @@ public final class EventEngine: Sendable {
             return (state.log, state.waiting, false)
         }
         guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
+        stopObservingLifecycle()
+        log?.database.resume()  // what close() commits and saves needs the file
         guard let log else {
             for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
             events.finishAll()

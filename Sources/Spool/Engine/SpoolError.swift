@@ -14,6 +14,15 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case schemaTooNew(path: String, version: Int, latestKnown: Int)
     /// A setting that must hold could not be applied (for example WAL mode).
     case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
+    /// The SQLite library the app links cannot run Spool: too old for the
+    /// schema's STRICT tables (3.37.0 or newer is needed) or built without
+    /// the JSON functions. Nothing was touched; `start()` can be retried
+    /// only with another library.
+    case unsupportedSQLite(version: String, reason: String)
+    /// The database is suspended while the app is in the background (so
+    /// iOS can suspend the app without a lock on the file); the work was not
+    /// done and runs again when the app returns to the foreground.
+    case suspended
     /// The engine or database was closed.
     case closed
     /// The engine was used before ``EventEngine/start()`` where that is not allowed.
@@ -47,6 +56,10 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
                 "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
+        case .unsupportedSQLite(let version, let reason):
+            return "The linked SQLite \(version) cannot run Spool: \(reason)"
+        case .suspended:
+            return "The Spool database is suspended while the app is in the background"
         case .closed:
             return "The Spool engine is closed"
         case .notStarted:
@@ -81,6 +94,9 @@ extension SpoolError {
             return SpoolError.schemaTooNew(path: path, version: version, latestKnown: latestKnown)
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return SpoolError.pragmaNotApplied(path: path, pragma: pragma, expected: expected, actual: actual)
+        case .unsupportedSQLite(let version, let reason):
+            return SpoolError.unsupportedSQLite(version: version, reason: reason)
+        case .suspended: return SpoolError.suspended
         case .closed: return SpoolError.closed
         case .bufferFull(let events, let bytes): return SpoolError.bufferFull(events: events, bytes: bytes)
         case .notYetCommitted(let error): return error

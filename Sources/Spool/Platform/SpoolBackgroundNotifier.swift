@@ -1,8 +1,7 @@
 import SpoolStorage
 
 /// For hosts that cannot observe the app lifecycle (a watchOS extension
-/// delegate, a command-line tool): forwards to every started engine that
-/// uploads.
+/// delegate, a command-line tool): forwards to every started engine.
 ///
 /// ```swift
 /// func applicationDidEnterBackground() {          // WKApplicationDelegate
@@ -10,8 +9,10 @@ import SpoolStorage
 /// }
 /// ```
 ///
-/// Engines are held weakly; an engine joins when its `start()` sets up
-/// uploading. Both calls return at once, from any thread.
+/// Engines are held weakly; an engine joins when it starts (once, however
+/// often `start()` is retried). Both calls return at once, from any thread:
+/// entering the background uploads what waits and then suspends each
+/// engine's database; becoming active resumes it.
 public enum SpoolBackgroundNotifier {
     private static let engines = Protected<[WeakBox<EventEngine>]>([])
 
@@ -20,6 +21,11 @@ public enum SpoolBackgroundNotifier {
             entries.removeAll { $0.object == nil || $0.object === engine }
             entries.append(WeakBox(engine))
         }
+    }
+
+    /// How many times `engine` is registered (a retried start registers once).
+    static func registrations(of engine: EventEngine) -> Int {
+        engines.withLock { $0.filter { $0.object === engine }.count }
     }
 
     private static var live: [EventEngine] {

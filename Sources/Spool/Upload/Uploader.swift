@@ -50,6 +50,8 @@ actor Uploader {
     /// The engine's name in the lease column.
     private let owner: String
     private nonisolated let signals = Protected(Signals())
+    /// Answers the dispatch in flight, if any (to abandon it).
+    private nonisolated let inFlight = Protected<(@Sendable (DispatchOutcome) -> Void)?>(nil)
 
     private var running = false
     private var rerun = false
@@ -270,6 +272,13 @@ actor Uploader {
         signals.withLock { $0.position = max($0.position, position) }
     }
 
+    /// The app is about to be suspended: stop waiting for the request in
+    /// flight (its answer is ignored; its events stay queued and are sent
+    /// again later, at least once).
+    nonisolated func abandonInFlightFromAnyThread() {
+        inFlight.withLock { $0 }?(.transportFailure("abandoned: the app was about to be suspended"))
+    }
+
     /// `stop()` waited long enough for the request in flight.
     private func abandonInFlight() {
         resumeStopped()
@@ -432,6 +441,7 @@ actor Uploader {
             log.database.asyncAfter(timeout) { _ in
                 finish(.transportFailure("no answer from the dispatcher within \(Int(timeout)) s"))
             }
+            inFlight.withLock { $0 = finish }
             dispatcher.dispatchEvent(event: event, completionHandler: finish)
         }
     }

@@ -1,0 +1,171 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// The database lets go of the file in the background, as an app sharing it
+/// through an app group needs before iOS suspends it (0xdead10cc).
+struct SuspensionTests {
+    /// True when another connection can take the write lock at once and
+    /// truncate the WAL — which needs every other connection's read and
+    /// write locks to be gone.
+    static func fileIsFree(_ path: String) throws -> Bool {
+        let other = try Connection(path: path, options: ConnectionOptions(busyTimeoutMilliseconds: 0))
+        defer { other.close() }
+        do {
+            try other.execute("BEGIN IMMEDIATE")
+            try other.execute("COMMIT")
+            try other.truncateWAL()
+            return true
+        } catch let error as SQLiteError where error.resultCode == .busy || error.resultCode == .locked {
+            return false
+        }
+    }
+
+    /// Waits (bounded) until the engine is suspended and the file free: work
+    /// that arrived just before runs in a short window first.
+    func waitUntilFree(_ engine: EventEngine, _ path: String) async throws -> Bool {
+        for _ in 0..<200 {
+            if engine.isDatabaseSuspended, try Self.fileIsFree(path) { return true }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        return false
+    }
+
+    func waitUntilSuspended(_ engine: EventEngine, _ suspended: Bool = true) async throws {
+        for _ in 0..<400 where engine.isDatabaseSuspended != suspended { try await Task.sleep(nanoseconds: 10_000_000) }
+        try #require(engine.isDatabaseSuspended == suspended)
+    }
+
+    @Test("entering the background uploads, then holds no lock or read transaction until active again")
+    func backgroundReleasesTheFile() async throws {
+        let directory = TemporaryDirectory()
+        let listener = CollectingListener()
+        let engine = try await startedEngine(directory) { _ in
+        } before: { engine in
+            engine.events.addDurableObserver(listener, id: "suspension")
+        }
+        for index in 0..<500 { try engine.record("foreground", parameters: ["i": .int(index)]) }
+        try await engine.settle()
+        // The listener's position saves reach the database queue after
+        // delivery: let them land, so no work arrives once it is suspended.
+        await engine.delivery.drain()
+        _ = try await engine.query { _ in 0 }
+
+        engine.applicationDidEnterBackground()
+        try await waitUntilSuspended(engine)
+        #expect(
+            try await waitUntilFree(engine, directory.databaseURL.path), "no lock or read transaction while suspended")
+
+        // The app keeps running in the background and records: committed in a
+        // short background window, then the database lets go again.
+        let outcome = try await engine.recordDurably("background")
+        guard case .recorded = outcome else {
+            Issue.record("\(outcome)")
+            return
+        }
+        try await waitUntilSuspended(engine)
+        #expect(try await waitUntilFree(engine, directory.databaseURL.path), "suspended again after the window")
+
+        engine.applicationDidBecomeActive()
+        try await waitUntilSuspended(engine, false)
+        try engine.record("foreground_again")
+        try await engine.settle()
+        #expect(listener.customNames.suffix(2) == ["background", "foreground_again"])
+        for name in ["background", "foreground_again"] {
+            #expect(try await engine.surveys.evaluate(.eventFrequency(EventFrequency(name, .exactly, 1))), "\(name)")
+        }
+        await engine.close()
+    }
+
+    @Test("a retried start joins the background notifier once")
+    func retriedStartRegistersOnce() async throws {
+        let directory = TemporaryDirectory()
+        let missing = directory.file("later/spool.sqlite")
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(missing)))
+        await #expect(throws: SpoolError.self) { try await engine.start() }
+        try FileManager.default.createDirectory(
+            at: missing.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try await engine.start()
+        #expect(SpoolBackgroundNotifier.registrations(of: engine) == 1)
+        await engine.close()
+    }
+
+    @Test("the linked SQLite is checked before any file is touched")
+    func sqliteRequirements() throws {
+        try SQLiteRequirements.check()
+        #expect(throws: StorageError.self) {
+            try SQLiteRequirements.check(versionNumber: 3_036_000, version: "3.36.0", hasJSONFunctions: true)
+        }
+        #expect(throws: StorageError.self) {
+            try SQLiteRequirements.check(versionNumber: 3_040_001, version: "3.40.1", hasJSONFunctions: false)
+        }
+        try SQLiteRequirements.check(versionNumber: 3_037_000, version: "3.37.0", hasJSONFunctions: true)
+    }
+
+    @Test("the public SpoolBackgroundNotifier suspends and resumes a real second process; the file is free meanwhile")
+    func notifierInAnotherProcess() async throws {
+        let directory = TemporaryDirectory()
+        let path = directory.databaseURL.path
+        let child = try ProcessBoundaryTests.Child(
+            [path, "suspension", "--suspension", directory.url.path], in: directory, name: "suspension")
+        func output() -> String { (try? String(contentsOf: child.output, encoding: .utf8)) ?? "" }
+        func waitForLine(_ line: String) async throws {
+            for _ in 0..<3_000 where !output().split(separator: "\n").contains(Substring(line)) {
+                try await Task.sleep(nanoseconds: 10_000_000)
+            }
+            try #require(output().split(separator: "\n").contains(Substring(line)), "\(output().suffix(300))")
+        }
+        func becomesFree() async throws -> Bool {
+            for _ in 0..<200 {
+                if try Self.fileIsFree(path) { return true }
+                try await Task.sleep(nanoseconds: 10_000_000)
+            }
+            return false
+        }
+        try await waitForLine("SUSPENDED")
+        #expect(try await becomesFree(), "the other process holds no lock or read transaction while suspended")
+        _ = FileManager.default.createFile(atPath: directory.file("checked1").path, contents: nil)
+        try await waitForLine("SUSPENDED2")
+        #expect(try await becomesFree(), "free again after the background window")
+        _ = FileManager.default.createFile(atPath: directory.file("checked2").path, contents: nil)
+        let lines = await child.finish(timeout: 60)
+        #expect(lines.last == "DONE", "\(lines.suffix(3))")
+        #expect(lines.contains("GOT background") && lines.contains("GOT foreground_again"))
+    }
+
+    @Test("a suspended database commits nothing while appends keep coming, and commits them all on resume")
+    func suspendedLogHoldsNoLockUnderLoad() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000_000, bytes: 1 << 30))
+        let appending = Protected(true)
+        let appender = Thread {
+            var index = 0
+            while appending.withLock({ $0 }) {
+                index += 1
+                _ = try? log.append(  // try?: a refused append only ends this load early
+                    EventRecord(name: "load", parametersJSON: #"{"i":\#(index)}"#, recordedAt: 1))
+                if index % 100 == 0 { usleep(200) }
+            }
+        }
+        appender.start()
+        try await Task.sleep(nanoseconds: 50_000_000)  // commits are running
+        await database.suspend()
+        var free = 0
+        for _ in 0..<50 {
+            if try Self.fileIsFree(directory.databaseURL.path) { free += 1 }
+            try await Task.sleep(nanoseconds: 5_000_000)
+        }
+        #expect(free == 50, "the file was free \(free) times in 50 checks while suspended")
+        database.resume()
+        appending.withLock { $0 = false }
+        while !appender.isFinished { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await log.waitUntilAllDurable()
+        let stored = try database.sync { try $0.scalarInt("SELECT count(*) FROM events") }
+        #expect(UInt64(stored) == log.acceptedCount, "every append committed after resume")
+        await log.close()
+        database.close()
+    }
+}
