@@ -104,6 +104,18 @@ struct EngineLifecycleTests {
         #expect(stored.contains { $0.id == id && $0.sessionID == nil })
     }
 
+    @Test("file protection and backup exclusion default to what background work needs; no effect on Linux")
+    func filePolicyDefaults() async throws {
+        let configuration = EngineConfiguration()
+        #expect(configuration.fileProtection == .completeUntilFirstUserAuthentication)
+        #expect(configuration.excludesFromBackup)
+        #expect(configuration.suspendsInBackground)
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory) { $0.fileProtection = .complete }
+        #expect(engine.diagnosticCounts.occurrences[.filePolicyNotApplied] == nil)
+        await engine.close()
+    }
+
     // MARK: - Lifetimes
 
     @Test("after close(), the engine, its log, its database queue and its connections are freed")

@@ -55,6 +55,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// drained (another process reading it, an I/O error); it stays
         /// larger until the next drain.
         case fileNotShrunk
+        /// The database files' data-protection class or backup exclusion
+        /// could not be set (Apple platforms); they keep the app's defaults.
+        case filePolicyNotApplied
     }
 
     /// What happened.

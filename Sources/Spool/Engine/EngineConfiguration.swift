@@ -82,6 +82,17 @@ public struct EngineConfiguration: Sendable {
     public var maximumHistoryRows: Int?
     /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
     public var writeBuffer: WriteBufferLimit
+    /// The data-protection class of the database and its `-wal` and `-shm`
+    /// files on iOS, tvOS, watchOS and visionOS (no effect elsewhere).
+    /// Default ``FileProtection/completeUntilFirstUserAuthentication``, the
+    /// class that lets background work record while the device is locked;
+    /// `nil` leaves the files as the app's defaults make them.
+    public var fileProtection: FileProtection? = .completeUntilFirstUserAuthentication
+    /// Whether the database files are excluded from iCloud and device
+    /// backups (Apple platforms; no effect elsewhere). Default true: a queue
+    /// of events not yet uploaded is not user data to restore on another
+    /// device, where it would be uploaded twice.
+    public var excludesFromBackup: Bool = true
     /// Whether Spool stops touching the database file while the app is in
     /// the background (after uploading what waits), so that iOS can suspend
     /// the app without a lock on a file in an app-group container (which it

@@ -176,6 +176,15 @@ public final class EventEngine: Sendable {
         do {
             let configuration = self.configuration
             let database = try await Self.openDatabase(configuration)
+            if case .file = configuration.database,
+                let failure = DatabaseFilePolicy.apply(
+                    to: database.path, protection: configuration.fileProtection,
+                    excludeFromBackup: configuration.excludesFromBackup)
+            {
+                diagnosticsCenter.report(
+                    .filePolicyNotApplied, error: failure,
+                    "the database files' protection class or backup exclusion could not be set")
+            }
             log = EventLog(database: database, limits: configuration.writeBuffer.limits)
             log.setMaximumRetainedEvents(configuration.effectiveRetention)
             let limits = EventLog.HistoryLimits(

@@ -1,0 +1,63 @@
+import Foundation
+
+/// The data-protection class of the database and its `-wal` and `-shm`
+/// files, on the platforms that encrypt files per class (iOS, tvOS, watchOS,
+/// visionOS). Elsewhere it has no effect.
+public enum FileProtection: Sendable, Hashable {
+    /// Readable and writable only while the device is unlocked. Spool then
+    /// cannot open the database, or record to it, while the device is locked
+    /// (a background push, a location update): choose it only for an app that
+    /// never runs locked.
+    case complete
+    /// Opened while unlocked, usable after the device locks.
+    case completeUnlessOpen
+    /// Usable once the user has unlocked the device after a restart: what
+    /// lets background work record while the device is locked. The default.
+    case completeUntilFirstUserAuthentication
+    /// No protection beyond the device's (`FileProtectionType.none`).
+    case unprotected
+}
+
+/// Applies the configured protection class and backup exclusion to the
+/// database files after each open (SQLite creates `-wal` and `-shm` anew when
+/// the last connection closed them).
+enum DatabaseFilePolicy {
+    /// - Returns: what could not be applied, for a diagnostic; nil when all was.
+    static func apply(to path: String, protection: FileProtection?, excludeFromBackup: Bool) -> (any Error)? {
+        var failure: (any Error)?
+        for file in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: file) {
+            #if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
+                if let protection {
+                    do {
+                        try FileManager.default.setAttributes(
+                            [.protectionKey: protection.type], ofItemAtPath: file)
+                    } catch {
+                        failure = failure ?? error
+                    }
+                }
+            #endif
+            #if canImport(Darwin)
+                if excludeFromBackup {
+                    var url = URL(fileURLWithPath: file)
+                    var values = URLResourceValues()
+                    values.isExcludedFromBackup = true
+                    do { try url.setResourceValues(values) } catch { failure = failure ?? error }
+                }
+            #endif
+        }
+        return failure
+    }
+}
+
+#if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
+    extension FileProtection {
+        var type: FileProtectionType {
+            switch self {
+            case .complete: return .complete
+            case .completeUnlessOpen: return .completeUnlessOpen
+            case .completeUntilFirstUserAuthentication: return .completeUntilFirstUserAuthentication
+            case .unprotected: return .none
+            }
+        }
+    }
+#endif
