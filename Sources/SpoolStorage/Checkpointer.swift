@@ -91,6 +91,7 @@ package final class Checkpointer: @unchecked Sendable {
     }
 
     private func checkpoint() {
+        dispatchPrecondition(condition: .onQueue(queue))
         guard let connection else { return }
         // PASSIVE: copy what can be copied without waiting for the writer.
         sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
