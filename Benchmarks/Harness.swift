@@ -230,12 +230,12 @@ final class Scratch {
     let url: URL
 
     init(_ name: String) {
-        url = FileManager.default.temporaryDirectory.appending(
-            path: "spool-bench-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "spool-bench-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 
-    var database: URL { url.appending(path: "bench.sqlite") }
+    var database: URL { url.appendingPathComponent("bench.sqlite") }
 
     deinit {
         try? FileManager.default.removeItem(at: url)

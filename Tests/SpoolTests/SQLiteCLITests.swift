@@ -59,7 +59,7 @@ struct SQLiteCLITests {
         let sqlite3 = try #require(Self.sqlite3)
         let schemaDoc = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appending(path: "docs/SCHEMA.md")
+            .appendingPathComponent("docs/SCHEMA.md")
         let text = try String(contentsOf: schemaDoc, encoding: .utf8)
         let queries = text.components(separatedBy: "```sql\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
         #expect(queries.count >= 5)

@@ -32,7 +32,7 @@ final class TestCollector: @unchecked Sendable {
 
     static var script: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appending(path: "Collector/collector.py").path
+            .appendingPathComponent("Collector/collector.py").path
     }
 
     init(_ directory: TemporaryDirectory, port: Int = 0) throws {
@@ -117,7 +117,7 @@ final class TestCollector: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if condition(requests()) { return true }
-            try? await Task.sleep(for: .milliseconds(20))
+            try? await Task.sleep(nanoseconds: 20_000_000)
         }
         return condition(requests())
     }

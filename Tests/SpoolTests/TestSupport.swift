@@ -11,7 +11,7 @@ final class TemporaryDirectory: Sendable {
 
     init(_ label: String = #function) {
         let name = "spool-test-\(label.filter { $0.isLetter || $0.isNumber })-\(UUID().uuidString.prefix(8))"
-        url = FileManager.default.temporaryDirectory.appending(path: name)
+        url = FileManager.default.temporaryDirectory.appendingPathComponent(name)
         try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 
@@ -20,9 +20,9 @@ final class TemporaryDirectory: Sendable {
     }
 
     /// A database file inside the directory (not created).
-    var databaseURL: URL { url.appending(path: "spool.sqlite") }
+    var databaseURL: URL { url.appendingPathComponent("spool.sqlite") }
 
-    func file(_ name: String) -> URL { url.appending(path: name) }
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
 }
 
 /// Runs a program and returns its exit status and standard output.
