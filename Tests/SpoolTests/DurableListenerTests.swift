@@ -131,7 +131,7 @@ struct DurableListenerTests {
         await second.close()
     }
 
-    @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once")
+    @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once", .needsChildProcesses)
     func resumesAfterSIGKILL() async throws {
         let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
         try #require(FileManager.default.isExecutableFile(atPath: child))
@@ -139,18 +139,8 @@ struct DurableListenerTests {
         var acknowledged: [String] = []
         var deliveredBeforeKill: [String] = []
         for round in 0..<3 {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: child)
-            process.arguments = [directory.databaseURL.path, "engine\(round)", "--engine"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            try await Task.sleep(nanoseconds: UInt64(150 + 100 * round) * 1_000_000)
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                .split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            let (lines, _) = try await runUntilKilled(
+                child, [directory.databaseURL.path, "engine\(round)", "--engine"], milliseconds: 150 + 100 * round)
             acknowledged += lines.filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
             deliveredBeforeKill += lines.filter { $0.hasPrefix("GOT ") }.map { String($0.dropFirst(4)) }
         }

@@ -159,7 +159,9 @@ struct EngineLifecycleTests {
         #expect(try reopened.sync { try $0.readEvents(after: 0, limit: 10).map(\.name) } == ["session_start", "one"])
     }
 
-    @Test("1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat")
+    @Test(
+        "1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat",
+        .needsChildProcesses)
     func manyCyclesStayFlat() async throws {
         let directory = TemporaryDirectory()
         let child = try ProcessBoundaryTests.Child(

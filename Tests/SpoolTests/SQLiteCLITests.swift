@@ -5,6 +5,7 @@ import Testing
 @testable import SpoolStorage
 
 /// P3: the real sqlite3 CLI reads what the engine wrote.
+@Suite(.needsChildProcesses)
 struct SQLiteCLITests {
     static var sqlite3: String? {
         ["/usr/bin/sqlite3", "/usr/local/bin/sqlite3", "/opt/homebrew/bin/sqlite3"]
