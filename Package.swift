@@ -27,7 +27,8 @@ let package = Package(
         .target(
             name: "Spool",
             dependencies: ["SpoolStorage"],
-            path: "Sources/Spool"
+            path: "Sources/Spool",
+            resources: [.copy("PrivacyInfo.xcprivacy")]
         ),
         .executableTarget(
             name: "spool-bench",

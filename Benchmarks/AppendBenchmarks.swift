@@ -113,7 +113,7 @@ struct AppendBenchmarks {
 
     func backlogCost() async throws {
         let scratch = Scratch("backlog")
-        let startRSS = Double(currentRSS()) / 1_048_576
+        let startRSS = megabytes(currentRSS())
         let log = EventLog(database: try DatabaseQueue(path: scratch.database.path))
         // Chunks of 10k: an app never buffers more than that in a few ms, and
         // the in-memory buffer is not what this phase measures.
@@ -161,11 +161,13 @@ struct AppendBenchmarks {
             Row(
                 area: "append", name: "process RSS before opening (runtime, Foundation, FoundationNetworking)",
                 value: startRSS, unit: "MB",
-                detail: "FoundationNetworking with libcurl and its TLS/krb5/ldap libraries is 6.4 MB of it on Linux"))
+                detail: startRSS.isNaN
+                    ? "n/a on this platform"
+                    : "FoundationNetworking with libcurl and its TLS/krb5/ldap libraries is 6.4 MB of it on Linux"))
         report.add(
             Row(
                 area: "append", name: "peak RSS while building a 1M backlog", value: Double(peakRSS()) / 1_048_576,
-                unit: "MB", detail: "\(total) events in the log; \(formatNumber(startRSS)) MB before opening",
+                unit: "MB", detail: "\(total) events in the log; \(formatMegabytes(startRSS)) before opening",
                 target: 30, comparison: .atMost))
     }
 

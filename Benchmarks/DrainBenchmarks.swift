@@ -122,7 +122,7 @@ struct DrainBenchmarks {
             return
         }
         let scratch = Scratch("e2e")
-        let log = scratch.url.appending(path: "collector.jsonl")
+        let log = scratch.url.appendingPathComponent("collector.jsonl")
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         let collector = Process()
         collector.executableURL = URL(fileURLWithPath: "/usr/bin/env")

@@ -56,29 +56,65 @@ struct Samples {
 
 // MARK: - Memory
 
-/// Peak resident set size of this process (VmHWM), in bytes.
+/// Peak resident set size of this process, in bytes.
+///
+/// Linux reads VmHWM, the mark `resetPeakRSS()` resets. Its `ru_maxrss` will
+/// not do: a child started by `Process` (vfork-style spawn) inherits the
+/// parent's peak there, so an isolated phase would report the parent's
+/// memory. Elsewhere `getrusage`'s `ru_maxrss` is the process's own peak.
 func peakRSS() -> Int {
-    residentField("VmHWM:")
+    #if os(Linux)
+        if let peak = statusField("VmHWM:") { return peak }
+    #endif
+    var usage = rusage()
+    #if os(Linux)
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        return usage.ru_maxrss * 1024  // kilobytes on Linux
+    #else
+        getrusage(RUSAGE_SELF, &usage)
+        return Int(usage.ru_maxrss)  // bytes on Darwin
+    #endif
 }
 
-/// Current resident set size (VmRSS), in bytes.
-func currentRSS() -> Int {
-    residentField("VmRSS:")
+/// Current resident set size (VmRSS) in bytes, or nil where the platform
+/// does not say (only Linux's /proc is read here; rows print "n/a").
+func currentRSS() -> Int? {
+    #if os(Linux)
+        return statusField("VmRSS:")
+    #else
+        return nil
+    #endif
 }
 
-private func residentField(_ field: String) -> Int {
-    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
-    for line in status.split(separator: "\n") where line.hasPrefix(field) {
-        let digits = line.split(separator: " ").dropFirst().first { Int($0) != nil }
-        return (digits.flatMap { Int($0) } ?? 0) * 1024
-    }
-    return 0
-}
-
-/// Resets the kernel's peak-RSS mark so a phase can measure its own peak.
+/// Resets the kernel's peak-RSS mark so a phase can measure its own peak
+/// (Linux only; elsewhere a fresh process is the only reset).
 func resetPeakRSS() {
-    try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    #if os(Linux)
+        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    #endif
 }
+
+/// Megabytes of `bytes`, or NaN (printed "n/a") when unknown.
+func megabytes(_ bytes: Int?) -> Double {
+    bytes.map { Double($0) / 1_048_576 } ?? .nan
+}
+
+/// "12.3 MB", or "n/a on this platform" for a measurement it cannot make.
+func formatMegabytes(_ value: Double) -> String {
+    value.isNaN ? "n/a on this platform" : "\(formatNumber(value)) MB"
+}
+
+#if os(Linux)
+    /// A `kB` field of /proc/self/status, in bytes.
+    private func statusField(_ field: String) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix(field) {
+            let digits = line.split(separator: " ").dropFirst().first { Int($0) != nil }
+            return (digits.flatMap { Int($0) } ?? 0) * 1024
+        }
+        return nil
+    }
+#endif
 
 // MARK: - Results
 
@@ -104,6 +140,22 @@ struct Row: Codable {
         case .atMost: return value <= target
         }
     }
+
+    /// JSON coders that carry an unknown value (NaN, "n/a") as the string
+    /// "NaN" instead of failing.
+    static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(
+            positiveInfinity: "Infinity", negativeInfinity: "-Infinity", nan: "NaN")
+        return encoder
+    }
+
+    static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(
+            positiveInfinity: "Infinity", negativeInfinity: "-Infinity", nan: "NaN")
+        return decoder
+    }
 }
 
 final class Report {
@@ -114,7 +166,7 @@ final class Report {
     func add(_ row: Row) {
         rows.append(row)
         if emitsJSONLines {
-            let data = try! JSONEncoder().encode(row)
+            let data = try! Row.encoder().encode(row)
             print("ROW " + String(decoding: data, as: UTF8.self))
         } else {
             print(format(row))
@@ -124,49 +176,64 @@ final class Report {
     /// Runs `phase` in a fresh child process (this executable with `--phase`),
     /// so its memory measurements start clean, and adds the rows it reports.
     func runIsolated(_ phase: String, quick: Bool) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["--phase", phase] + (quick ? ["--quick"] : [])
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw NSError(
-                domain: "spool-bench", code: Int(process.terminationStatus),
-                userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
-        }
-        for line in String(decoding: output, as: UTF8.self).split(separator: "\n") where line.hasPrefix("ROW ") {
-            add(try JSONDecoder().decode(Row.self, from: Data(line.dropFirst(4).utf8)))
+        let output = try runPhase(phase, quick ? ["--quick"] : [])
+        for line in output.split(separator: "\n") where line.hasPrefix("ROW ") {
+            add(try Row.decoder().decode(Row.self, from: Data(line.dropFirst(4).utf8)))
         }
     }
 
     /// Runs a phase in a fresh process with `arguments` and returns the
     /// values it printed as `VALUE <key> <number>` (rows it printed are added).
     func runIsolatedValues(_ phase: String, _ arguments: [String]) throws -> [String: Double] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = ["--phase", phase] + arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw NSError(
-                domain: "spool-bench", code: Int(process.terminationStatus),
-                userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
-        }
+        let output = try runPhase(phase, arguments)
         var values: [String: Double] = [:]
-        for line in String(decoding: output, as: UTF8.self).split(separator: "\n") {
-            if line.hasPrefix("ROW ") { add(try JSONDecoder().decode(Row.self, from: Data(line.dropFirst(4).utf8))) }
+        for line in output.split(separator: "\n") {
+            if line.hasPrefix("ROW ") { add(try Row.decoder().decode(Row.self, from: Data(line.dropFirst(4).utf8))) }
             let fields = line.split(separator: " ")
             if fields.count == 3, fields[0] == "VALUE", let value = Double(fields[2]) {
                 values[String(fields[1])] = value
             }
         }
         return values
+    }
+
+    /// Runs this executable with `--phase phase` and `arguments` and returns
+    /// its standard output.
+    private func runPhase(_ phase: String, _ arguments: [String]) throws -> String {
+        #if os(Linux) || os(macOS)
+            let process = Process()
+            process.executableURL = Self.executable
+            process.arguments = ["--phase", phase] + arguments
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let output = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else {
+                throw NSError(
+                    domain: "spool-bench", code: Int(process.terminationStatus),
+                    userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
+            }
+            return String(decoding: output, as: UTF8.self)
+        #else
+            throw NSError(
+                domain: "spool-bench", code: 1,
+                userInfo: [
+                    NSLocalizedDescriptionKey: "phase \(phase) needs a child process (Foundation.Process), "
+                        + "which this platform lacks"
+                ])
+        #endif
+    }
+
+    /// This executable: `Bundle.main`'s, or `argv[0]` against the current
+    /// directory.
+    private static var executable: URL {
+        let url =
+            Bundle.main.executableURL
+            ?? URL(
+                fileURLWithPath: CommandLine.arguments[0],
+                relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+        return url.resolvingSymlinksInPath()
     }
 
     func format(_ row: Row) -> String {
@@ -203,7 +270,7 @@ final class Report {
             date: ISO8601DateFormatter().string(from: Date()), quick: quick,
             cores: ProcessInfo.processInfo.activeProcessorCount,
             sqliteVersion: String(cString: sqlite3_libversion()), rows: rows)
-        let encoder = JSONEncoder()
+        let encoder = Row.encoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try encoder.encode(file).write(to: URL(fileURLWithPath: path))
     }
@@ -230,12 +297,12 @@ final class Scratch {
     let url: URL
 
     init(_ name: String) {
-        url = FileManager.default.temporaryDirectory.appending(
-            path: "spool-bench-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "spool-bench-\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 
-    var database: URL { url.appending(path: "bench.sqlite") }
+    var database: URL { url.appendingPathComponent("bench.sqlite") }
 
     deinit {
         try? FileManager.default.removeItem(at: url)

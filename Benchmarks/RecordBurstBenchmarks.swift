@@ -20,7 +20,7 @@ struct RecordBurstBenchmarks {
     /// call timed, then waits until all are committed and counts them.
     func burst(_ count: Int) async throws {
         let scratch = Scratch("burst")
-        let startRSS = Double(currentRSS()) / 1_048_576
+        let startRSS = megabytes(currentRSS())
         var configuration = EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil)
         if let events = ProcessInfo.processInfo.environment["SPOOL_BUFFER_EVENTS"].flatMap(Int.init) {
             configuration.writeBuffer = WriteBufferLimit(maximumEvents: events, maximumBytes: 512 << 20)
@@ -49,7 +49,7 @@ struct RecordBurstBenchmarks {
                 area: "burst", name: "peak RSS, fresh process, \(label) unthrottled record() calls", value: peak,
                 unit: "MB",
                 detail:
-                    "\(formatNumber(startRSS)) MB before opening; \(formatNumber(Double(count) / seconds)) events/s",
+                    "\(formatMegabytes(startRSS)) before opening; \(formatNumber(Double(count) / seconds)) events/s",
                 target: count >= 1_000_000 ? 40 : nil, comparison: count >= 1_000_000 ? .atMost : nil))
         report.add(
             Row(
@@ -92,6 +92,13 @@ struct RecordBurstBenchmarks {
         try await engine.settle()
         await engine.close()
         let json = ListenerBenchmarks.encodedParameters.utf8.count
+        guard let before, let after else {
+            report.add(
+                Row(
+                    area: "burst", name: "memory per buffered event / its encoded JSON", value: .nan, unit: "×",
+                    detail: "n/a on this platform (no current RSS to compare)"))
+            return
+        }
         let perEvent = Double(after - before) / Double(count)
         report.add(
             Row(

@@ -99,7 +99,7 @@ if let phase {
         try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()
     case "memory":
         // Where resident memory goes, step by step (a diagnostic; not in the table).
-        func rss(_ label: String) { print("\(pad(label, 36)) \(formatNumber(Double(currentRSS()) / 1_048_576)) MB") }
+        func rss(_ label: String) { print("\(pad(label, 36)) \(formatMegabytes(megabytes(currentRSS())))") }
         rss("process start")
         let rawScratch = Scratch("memory-raw")
         let raw = RawSQLite(path: rawScratch.database.path)

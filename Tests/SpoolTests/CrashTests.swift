@@ -7,35 +7,25 @@ import Testing
 /// Durability proven with real SIGKILLs of a child process that appends and
 /// acknowledges events (Tests/CrashChild).
 struct CrashTests {
-    @Test(.timeLimit(.minutes(2)))
+    @Test(.needsChildProcesses)
     func everyAcknowledgedEventSurvivesSIGKILLExactlyOnceAndInOrder() async throws {
-        let child = buildProductsDirectory.appending(path: "spool-crash-child").path
+        let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
         try #require(FileManager.default.isExecutableFile(atPath: child), "build the package first: \(child)")
         let directory = TemporaryDirectory()
         let path = directory.databaseURL.path
         var random = FastRandom(seed: UInt64(Date().timeIntervalSince1970))
         var acknowledged: [(tag: String, ids: [String])] = []
+        // The deadline bounds the test (Swift Testing's .timeLimit needs iOS 16
+        // / macOS 13): every round kills its child within 0.4 s.
         let deadline = Date().addingTimeInterval(60)
 
         for run in 0..<24 where Date() < deadline {
             let tag = "r\(run)"
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: child)
-            process.arguments = [path, tag]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
             // Kill at a random moment: sometimes during start-up and migration,
             // mostly in the middle of group commits.
             let delay = 20 + Int(random.next() % 380)
-            try await Task.sleep(for: .milliseconds(delay))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            #expect(process.terminationReason == .uncaughtSignal)
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            // A line cut by the kill has no newline: only whole lines count.
-            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            let (lines, killed) = try await runUntilKilled(child, [path, tag], milliseconds: delay)
+            #expect(killed, "\(tag): ended by the SIGKILL")
             let ids = lines.filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
             acknowledged.append((tag, ids))
         }

@@ -7,7 +7,7 @@ import Testing
 /// D1–D9 and P2: the dispatcher rules from event-dispatcher.txt, against the
 /// real collector process. Serialized: the D9 notifier reaches every live
 /// engine, which would flush the size and timer tests early.
-@Suite(.serialized, .timeLimit(.minutes(2)))
+@Suite(.serialized)
 struct DispatcherRuleTests {
     @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default")
     func batchSizeRules() async throws {
@@ -35,7 +35,7 @@ struct DispatcherRuleTests {
         try await engine.start()
         for index in 0..<8 { try engine.record("e\(index)") }  // 9 with session_start
         try await engine.settle()
-        try await Task.sleep(for: .milliseconds(300))
+        try await Task.sleep(nanoseconds: 300_000_000)
         #expect(collector.requests().isEmpty, "below batchSize, before the timer")
         try engine.record("tenth")
         #expect(await collector.waitFor { !$0.isEmpty })
@@ -249,7 +249,7 @@ struct DispatcherRuleTests {
         try await engine.start()
         try engine.record("before_background")
         try await engine.settle()
-        try await Task.sleep(for: .milliseconds(100))
+        try await Task.sleep(nanoseconds: 100_000_000)
         #expect(collector.requests().isEmpty)
         engine.applicationDidEnterBackground()
         #expect(await collector.waitFor { $0.flatMap(\.ids).count == 2 })

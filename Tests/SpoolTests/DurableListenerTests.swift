@@ -62,7 +62,7 @@ struct DurableListenerTests {
         engine.events.removeDurableObserver(id: "absent")
         for index in 0..<20 { try engine.record("e\(index)") }
         try await engine.settle()
-        try await Task.sleep(for: .milliseconds(50))  // positions are written off the delivery queue
+        try await Task.sleep(nanoseconds: 50_000_000)  // positions are written off the delivery queue
         let rows = try await engine.query {
             try $0.scalarString("SELECT group_concat(id || '=' || position) FROM consumers")
         }
@@ -70,7 +70,7 @@ struct DurableListenerTests {
         // Forgetting it releases them.
         engine.events.removeDurableObserver(id: "absent", forget: true)
         try await engine.settle()
-        try await Task.sleep(for: .milliseconds(50))
+        try await Task.sleep(nanoseconds: 50_000_000)
         #expect(try await engine.query { try $0.countEvents(after: 0) } == 0)
         await engine.close()
     }
@@ -131,26 +131,16 @@ struct DurableListenerTests {
         await second.close()
     }
 
-    @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once")
+    @Test("P1: a durable listener in a SIGKILLed process resumes in the next one, at least once", .needsChildProcesses)
     func resumesAfterSIGKILL() async throws {
-        let child = buildProductsDirectory.appending(path: "spool-crash-child").path
+        let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
         try #require(FileManager.default.isExecutableFile(atPath: child))
         let directory = TemporaryDirectory()
         var acknowledged: [String] = []
         var deliveredBeforeKill: [String] = []
         for round in 0..<3 {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: child)
-            process.arguments = [directory.databaseURL.path, "engine\(round)", "--engine"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            try await Task.sleep(for: .milliseconds(150 + 100 * round))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            let lines = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                .split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            let (lines, _) = try await runUntilKilled(
+                child, [directory.databaseURL.path, "engine\(round)", "--engine"], milliseconds: 150 + 100 * round)
             acknowledged += lines.filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
             deliveredBeforeKill += lines.filter { $0.hasPrefix("GOT ") }.map { String($0.dropFirst(4)) }
         }

@@ -47,7 +47,7 @@ struct EngineLifecycleTests {
         let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
         // Before start: returns once the session starts and the commit lands.
         async let early = engine.recordDurably("early")
-        try await Task.sleep(for: .milliseconds(20))
+        try await Task.sleep(nanoseconds: 20_000_000)
         try await engine.start()
         guard case .recorded(let earlyID) = try await early else {
             Issue.record("not recorded")
@@ -171,7 +171,9 @@ struct EngineLifecycleTests {
         #expect(try reopened.sync { try $0.readEvents(after: 0, limit: 10).map(\.name) } == ["session_start", "one"])
     }
 
-    @Test("1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat")
+    @Test(
+        "1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat",
+        .needsChildProcesses)
     func manyCyclesStayFlat() async throws {
         let directory = TemporaryDirectory()
         let child = try ProcessBoundaryTests.Child(

@@ -27,7 +27,7 @@ struct ListenerRuleTests {
         for index in 0..<5 {
             #expect(try engine.record("early_\(index)") == .queuedUntilSessionStart)
         }
-        try await Task.sleep(for: .milliseconds(20))
+        try await Task.sleep(nanoseconds: 20_000_000)
         #expect(listener.names.isEmpty, "nothing is delivered before the session starts")
         try await engine.start()
         try await engine.settle()
@@ -50,7 +50,7 @@ struct ListenerRuleTests {
         engine.events.addObserver(listener)
         let firstDurable = Task { try await engine.recordDurably("w0") }
         for _ in 0..<500 where engine.state.withLock({ $0.waiting.isEmpty }) {
-            try await Task.sleep(for: .milliseconds(2))
+            try await Task.sleep(nanoseconds: 2_000_000)
         }
         for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
         #expect(try await firstDurable.value == .droppedWhileWaitingForSession)
@@ -216,7 +216,7 @@ struct ListenerRuleTests {
         }
         try engine.record("e0")
         for thread in recordingThreads { thread.start() }
-        try await Task.sleep(for: .milliseconds(200))
+        try await Task.sleep(nanoseconds: 200_000_000)
         try await engine.settle()
         let order = trace.withLock { $0 }
         // Each event goes to slow, then fast, before the next event starts.

@@ -33,7 +33,8 @@ struct PrivacyTests {
     }
 
     @Test(
-        "eraseAllData leaves no trace of erased events in the database, -wal or -shm, with a durable listener attached and an upload in flight"
+        "eraseAllData leaves no trace of erased events in the database, -wal or -shm, with a durable listener attached and an upload in flight",
+        .needsChildProcesses
     )
     func erasureLeavesNoTrace() async throws {
         let directory = TemporaryDirectory()
@@ -80,7 +81,8 @@ struct PrivacyTests {
     }
 
     @Test(
-        "after setConsent(false), nothing recorded before is uploaded when consent returns, in this process or the next"
+        "after setConsent(false), nothing recorded before is uploaded when consent returns, in this process or the next",
+        .needsChildProcesses
     )
     func withdrawnConsentNeverUploadsWhatCameBefore() async throws {
         let directory = TemporaryDirectory()
@@ -122,7 +124,9 @@ struct PrivacyTests {
         #expect(Self.occurrences(of: Self.marker, besides: directory.databaseURL).values.reduce(0, +) == 0)
     }
 
-    @Test("after the queue drains, the file and its WAL give their space back without the app doing anything")
+    @Test(
+        "after the queue drains, the file and its WAL give their space back without the app doing anything",
+        .needsChildProcesses)
     func theFileShrinksBackAfterADrain() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)

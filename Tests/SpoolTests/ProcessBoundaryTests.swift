@@ -10,11 +10,14 @@ import Testing
 
 /// Promises that cross a process boundary, tested with real second processes
 /// (Tests/CrashChild) on one database file.
+@Suite(.needsChildProcesses)
 struct ProcessBoundaryTests {
     /// A running child process whose standard output goes to a file (a pipe
     /// could fill up and stall it).
     struct Child {
-        let process: Process
+        #if os(Linux) || os(macOS)
+            let process: Process
+        #endif
         let output: URL
 
         init(_ arguments: [String], in directory: TemporaryDirectory, name: String) throws {
@@ -22,26 +25,46 @@ struct ProcessBoundaryTests {
             try #require(FileManager.default.isExecutableFile(atPath: child), "build the package first: \(child)")
             output = directory.file("\(name).out")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-            process = Process()
-            process.executableURL = URL(fileURLWithPath: child)
-            process.arguments = arguments
-            process.standardOutput = try FileHandle(forWritingTo: output)
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            #if os(Linux) || os(macOS)
+                process = Process()
+                process.executableURL = URL(fileURLWithPath: child)
+                process.arguments = arguments
+                process.standardOutput = try FileHandle(forWritingTo: output)
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+            #else
+                throw TestFacilities.Missing.childProcesses
+            #endif
         }
 
         /// Waits for the child to exit (bounded), killing it past `timeout`.
         func finish(timeout: TimeInterval) async -> [String] {
-            let deadline = Date().addingTimeInterval(timeout)
-            while process.isRunning && Date() < deadline {
-                try? await Task.sleep(nanoseconds: 50_000_000)  // try?: only cancellation; the loop is bounded
-            }
-            if process.isRunning {
-                kill(process.processIdentifier, SIGKILL)
-                process.waitUntilExit()
-            }
+            #if os(Linux) || os(macOS)
+                let deadline = Date().addingTimeInterval(timeout)
+                while process.isRunning && Date() < deadline {
+                    try? await Task.sleep(nanoseconds: 50_000_000)  // try?: only cancellation; the loop is bounded
+                }
+                if process.isRunning { sendSIGKILL() }
+            #endif
             let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").map(String.init)
+        }
+
+        /// Kills the child at once and waits for it to go.
+        func sendSIGKILL() {
+            #if os(Linux) || os(macOS)
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            #endif
+        }
+
+        /// The child's exit status, once it has exited.
+        var terminationStatus: Int32 {
+            #if os(Linux) || os(macOS)
+                return process.terminationStatus
+            #else
+                return -1
+            #endif
         }
     }
 
@@ -123,7 +146,7 @@ struct ProcessBoundaryTests {
         let path = directory.databaseURL.path
         let child = try Child([path, "disk", "--disk-full", "\(600_000)"], in: directory, name: "disk")
         let lines = await child.finish(timeout: 120)
-        #expect(child.process.terminationStatus == 0, "\(lines.suffix(3))")
+        #expect(child.terminationStatus == 0, "\(lines.suffix(3))")
         func markers(_ prefix: String) -> [String] {
             lines.filter { $0.hasPrefix(prefix + " ") }.map { String($0.split(separator: " ")[1]) }
         }
@@ -175,7 +198,7 @@ struct ProcessBoundaryTests {
 
         // The holder delivers every event in the log, whichever process
         // recorded it: these reach its listener (it prints GOT <marker>).
-        kill(holder.process.processIdentifier, SIGKILL)
+        holder.sendSIGKILL()
         let holderLines = await holder.finish(timeout: 10)
         let gotByHolder = Set(holderLines.filter { $0.hasPrefix("GOT mine-") }.map { String($0.dropFirst(4)) })
 

@@ -7,7 +7,6 @@ import Testing
 /// Collectors that redirect, against real collector processes: a redirect
 /// never counts as delivery, another origin never hears from Spool, and only
 /// a same-origin 307 or 308 is followed, by Spool itself, with the body intact.
-@Suite(.timeLimit(.minutes(2)))
 struct RedirectTests {
     /// Where the collector's `Location` points.
     enum Target: String, CaseIterable, Sendable, CustomTestStringConvertible {

@@ -5,6 +5,7 @@ import Testing
 @testable import SpoolStorage
 
 /// P3: the real sqlite3 CLI reads what the engine wrote.
+@Suite(.needsChildProcesses)
 struct SQLiteCLITests {
     static var sqlite3: String? {
         ["/usr/bin/sqlite3", "/usr/local/bin/sqlite3", "/opt/homebrew/bin/sqlite3"]
@@ -59,7 +60,7 @@ struct SQLiteCLITests {
         let sqlite3 = try #require(Self.sqlite3)
         let schemaDoc = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appending(path: "docs/SCHEMA.md")
+            .appendingPathComponent("docs/SCHEMA.md")
         let text = try String(contentsOf: schemaDoc, encoding: .utf8)
         let queries = text.components(separatedBy: "```sql\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
         #expect(queries.count >= 5)

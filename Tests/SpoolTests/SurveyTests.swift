@@ -138,7 +138,8 @@ struct SurveyTests {
         await engine.close()
     }
 
-    @Test("P1: the history survives a restart and the upload of its events, and is pruned by age")
+    @Test(
+        "P1: the history survives a restart and the upload of its events, and is pruned by age", .needsChildProcesses)
     func historySurvivesRestartAndIsPruned() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)

@@ -13,7 +13,9 @@ import Testing
 final class TestCollector: @unchecked Sendable {
     // Safe: `process` is replaced only by `stop()`/`restart()`, which tests call
     // from one task.
-    private var process: Process?
+    #if os(Linux) || os(macOS)
+        private var process: Process?
+    #endif
     private(set) var port: Int
     let logURL: URL
 
@@ -32,7 +34,7 @@ final class TestCollector: @unchecked Sendable {
 
     static var script: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appending(path: "Collector/collector.py").path
+            .appendingPathComponent("Collector/collector.py").path
     }
 
     init(_ directory: TemporaryDirectory, port: Int = 0) throws {
@@ -47,30 +49,39 @@ final class TestCollector: @unchecked Sendable {
     }
 
     private func launch() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime", "300"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // Bounded wait for "PORT n".
-        let text = readFirstLine(output.fileHandleForReading.fileDescriptor, timeout: 10)
-        guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "), let port = Int(line.dropFirst(5))
-        else {
-            process.terminate()
-            throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
-        }
-        self.port = port
-        self.process = process
+        #if os(Linux) || os(macOS)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [
+                "python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime", "300",
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // Bounded wait for "PORT n".
+            let text = readFirstLine(output.fileHandleForReading.fileDescriptor, timeout: 10)
+            guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
+                let port = Int(line.dropFirst(5))
+            else {
+                process.terminate()
+                throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
+            }
+            self.port = port
+            self.process = process
+        #else
+            throw TestFacilities.Missing.childProcesses
+        #endif
     }
 
     /// The collector is down: the port refuses connections.
     func stop() {
-        guard let process else { return }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        self.process = nil
+        #if os(Linux) || os(macOS)
+            guard let process else { return }
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            self.process = nil
+        #endif
     }
 
     /// Up again on the same port, with the same log.
@@ -117,7 +128,7 @@ final class TestCollector: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if condition(requests()) { return true }
-            try? await Task.sleep(for: .milliseconds(20))
+            try? await Task.sleep(nanoseconds: 20_000_000)
         }
         return condition(requests())
     }

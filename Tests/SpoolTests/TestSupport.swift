@@ -11,7 +11,7 @@ final class TemporaryDirectory: Sendable {
 
     init(_ label: String = #function) {
         let name = "spool-test-\(label.filter { $0.isLetter || $0.isNumber })-\(UUID().uuidString.prefix(8))"
-        url = FileManager.default.temporaryDirectory.appending(path: name)
+        url = FileManager.default.temporaryDirectory.appendingPathComponent(name)
         try! FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 
@@ -20,9 +20,44 @@ final class TemporaryDirectory: Sendable {
     }
 
     /// A database file inside the directory (not created).
-    var databaseURL: URL { url.appending(path: "spool.sqlite") }
+    var databaseURL: URL { url.appendingPathComponent("spool.sqlite") }
 
-    func file(_ name: String) -> URL { url.appending(path: name) }
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+}
+
+// MARK: - What the platform offers
+
+/// Facilities some tests need and not every platform has. A test that needs
+/// one carries the matching trait and is skipped, saying why, where it is
+/// missing; the code that uses the facility sits behind `#if`.
+enum TestFacilities {
+    /// Child processes (`Foundation.Process`): Linux and macOS have them;
+    /// iOS, tvOS, watchOS and visionOS do not.
+    static let canSpawnProcesses: Bool = {
+        #if os(Linux) || os(macOS)
+            return true
+        #else
+            return false
+        #endif
+    }()
+
+    /// Thrown where a helper needs a facility the platform lacks (the trait
+    /// normally skips the test first).
+    struct Missing: Error, CustomStringConvertible {
+        let description: String
+
+        static let childProcesses = Missing(
+            description: "needs child processes (Foundation.Process), which iOS, tvOS, watchOS and visionOS lack")
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Runs the test only where it can start child processes: the crash
+    /// child, the sqlite3 CLI, the Python collector.
+    static var needsChildProcesses: Self {
+        .enabled(
+            if: TestFacilities.canSpawnProcesses, Comment(rawValue: TestFacilities.Missing.childProcesses.description))
+    }
 }
 
 /// Runs a program and returns its exit status and standard output.
@@ -30,37 +65,71 @@ final class TemporaryDirectory: Sendable {
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
     status: Int32, output: String, error: String
 ) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    let error = Pipe()
-    let inputPipe = Pipe()
-    process.standardOutput = output
-    process.standardError = error
-    process.standardInput = inputPipe
-    try process.run()
-    if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
-    try inputPipe.fileHandleForWriting.close()
-    let outData = output.fileHandleForReading.readDataToEndOfFile()
-    let errData = error.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (
-        process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self)
-    )
+    #if os(Linux) || os(macOS)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        let error = Pipe()
+        let inputPipe = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = inputPipe
+        try process.run()
+        if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
+        try inputPipe.fileHandleForWriting.close()
+        let outData = output.fileHandleForReading.readDataToEndOfFile()
+        let errData = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (
+            process.terminationStatus, String(decoding: outData, as: UTF8.self),
+            String(decoding: errData, as: UTF8.self)
+        )
+    #else
+        throw TestFacilities.Missing.childProcesses
+    #endif
+}
+
+/// Starts `executable`, kills it with SIGKILL after `milliseconds`, and
+/// returns the whole lines it wrote to standard output (a line the kill cut
+/// has no newline and is dropped) and whether the signal ended it.
+func runUntilKilled(_ executable: String, _ arguments: [String], milliseconds: Int) async throws -> (
+    lines: [String], killed: Bool
+) {
+    #if os(Linux) || os(macOS)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        try await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        return (lines, process.terminationReason == .uncaughtSignal)
+    #else
+        throw TestFacilities.Missing.childProcesses
+    #endif
 }
 
 /// The directory the test binaries and the package's executables are built into.
+///
+/// macOS loads the tests as a bundle, `…/debug/SpoolPackageTests.xctest`, into
+/// a runner (xctest, swiftpm-testing-helper), so `Bundle.main` is the runner's;
+/// the bundle that holds this code is the tests'. Linux runs the tests as an
+/// executable, `…/debug/SpoolPackageTests.xctest`, which is `Bundle.main`'s.
 var buildProductsDirectory: URL {
-    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-    var directory = executable.deletingLastPathComponent()
-    // macOS: …/SpoolPackageTests.xctest/Contents/MacOS/SpoolPackageTests
-    while directory.pathExtension == "xctest" || directory.lastPathComponent == "MacOS"
-        || directory.lastPathComponent == "Contents"
-    {
-        directory.deleteLastPathComponent()
-    }
-    return directory
+    let tests = Bundle(for: TemporaryDirectory.self).bundleURL
+    if tests.pathExtension == "xctest" { return tests.resolvingSymlinksInPath().deletingLastPathComponent() }
+    let executable =
+        Bundle.main.executableURL
+        ?? URL(
+            fileURLWithPath: CommandLine.arguments[0],
+            relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
+    return executable.resolvingSymlinksInPath().deletingLastPathComponent()
 }
 
 /// A JSON object with `count` small parameters, as stored.
