@@ -51,7 +51,8 @@ struct ListenerBenchmarks {
             Row(
                 area: "record", name: "caller's time per record, mean over the loop",
                 value: Samples(values: callerCost).median, unit: "µs",
-                detail: "includes waiting for the writer past the buffer's bound; the median call is in the burst rows"))
+                detail: "includes waiting for the writer past the buffer's bound; the median call is in the burst rows")
+        )
     }
 
     /// What Spool stores for `parameters`; the baseline inserts the same bytes.
