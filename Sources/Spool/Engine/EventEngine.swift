@@ -138,10 +138,12 @@ public final class EventEngine: Sendable {
         // Dropped without close(): let go of what the log's handlers hold, so
         // the log, its database queue and its connections are freed once the
         // writer has committed what is buffered.
-        if let log = state.withLock({ $0.log }) {
+        let (log, tokens) = state.withLock { ($0.log, $0.lifecycleTokens) }
+        if let log {
             log.setCommitHandler(nil)
             log.setFailureHandler(nil)
         }
+        LifecycleObservation.remove(tokens)
     }
 
     // MARK: - Lifecycle
