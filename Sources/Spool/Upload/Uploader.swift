@@ -2,7 +2,8 @@ import Foundation
 import SpoolStorage
 
 /// The uploader: a consumer of the event log (`consumers.id = 'uploader'`)
-/// that builds batches, hands them to the dispatcher and acts on the outcome.
+/// that builds batches in the dispatcher's format, sends them through its
+/// transport and acts on the format's verdict on each answer.
 ///
 /// Flushes happen when the pending count reaches `batchSize`, when the timer
 /// fires, on `flush()` and on entering background. One flush runs at a time;
@@ -24,7 +25,9 @@ actor Uploader {
         var batchSize: Int
         var timerInterval: TimeInterval
         var retry: RetryPolicy
-        var maximumBodyBytes = UploadBody.maximumBytes
+        /// The largest body before compression; the format's own bound
+        /// applies too.
+        var maximumBodyBytes = SpoolBatchFormat.maximumBodyBytes
         /// A dispatcher that has not answered after this long has failed (its
         /// late answer is ignored).
         var dispatchTimeout: TimeInterval = 60
@@ -43,7 +46,7 @@ actor Uploader {
     }
 
     private let log: EventLog
-    private let dispatcher: any EventDispatcher
+    private let client: UploadClient
     private let settings: Settings
     private let isAllowed: @Sendable () -> Bool
     private let diagnostics: DiagnosticsCenter
@@ -65,6 +68,8 @@ actor Uploader {
     private var closed = false
     private var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     private var lastFailure: String?
+    /// Gzip bodies; off for good once the collector refuses gzip (415).
+    private var compresses: Bool
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -78,7 +83,10 @@ actor Uploader {
     ) {
         self.owner = owner
         self.log = log
-        self.dispatcher = dispatcher
+        // A DefaultEventDispatcher brings its format, options and transport;
+        // any other dispatcher gets Spool's body as given.
+        client = (dispatcher as? DefaultEventDispatcher)?.client ?? UploadClient(dispatcher: dispatcher)
+        compresses = client.compresses
         self.settings = settings
         self.diagnostics = diagnostics
         self.isAllowed = isAllowed
@@ -235,6 +243,8 @@ actor Uploader {
     /// What one read under the lease found.
     private enum Step {
         case batch(UploadBatch)
+        /// The next event is over the format's per-event limit.
+        case oversized(position: Int64, bytes: Int)
         case empty
         case heldElsewhere(ConsumerLease)
     }
@@ -254,6 +264,8 @@ actor Uploader {
             case .heldElsewhere(let lease):
                 retryWhenFree(lease)
                 throw UploadError.retryable("another process (\(lease.owner)) is uploading")
+            case .oversized(let position, let bytes):
+                try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
                 if try await send(batch) { uploadedThrough = batch.last }
             }
@@ -266,7 +278,7 @@ actor Uploader {
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up.
     private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
-        let (consumer, owner, settings) = (Self.consumerID, self.owner, self.settings)
+        let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let (step, position, head) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64) in
                 if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
@@ -282,15 +294,16 @@ actor Uploader {
                 {
                     return (.heldElsewhere(lease), position, head)
                 }
-                guard
-                    let batch = try UploadBatch.read(
-                        after: position, limit: settings.batchSize, maximumBytes: settings.maximumBodyBytes,
-                        from: connection)
-                else {
+                switch try UploadBatch.read(
+                    after: position, limit: settings.batchSize, format: format,
+                    maximumBytes: settings.maximumBodyBytes, from: connection)
+                {
+                case .batch(let batch)?: return (.batch(batch), position, head)
+                case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
+                case nil:
                     try connection.releaseLease(consumer, owner: owner)
                     return (.empty, position, head)
                 }
-                return (.batch(batch), position, head)
             }
         }
         signals.withLock { signals in
@@ -300,98 +313,205 @@ actor Uploader {
         return step
     }
 
-    /// Sends one batch and acts on the outcome.
+    /// Sends one batch and acts on the format's verdict on the answer.
     ///
     /// - Returns: true when the collector took the whole batch (its position
-    ///   is saved with the next read); false when it was split or
-    ///   dead-lettered (already saved).
-    /// - Throws: ``UploadError/retryable(_:)`` when it must stay queued.
+    ///   is saved with the next read); false when it was split, settled per
+    ///   event or dead-lettered (already saved).
+    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
     private func send(_ batch: UploadBatch) async throws -> Bool {
-        let outcome = await dispatch(EventForDispatch(url: settings.url, body: batch.body, eventCount: batch.count))
+        let answer = await exchange(batch)
         counters.requests += 1
-        switch outcome {
-        case .response(let status, _, _) where (200..<300).contains(status):
-            counters.uploaded += batch.count
-            failures = 0
-            retryAt = nil
-            lastFailure = nil
-            return true
-        case .response(let status, _, let message) where (300..<400).contains(status):
-            // A redirect is never success and never a reason to give up on
-            // the events: keep them and try again later.
-            try backOff("HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: nil, events: batch.count)
-        case .response(let status, let retryAfter, let message)
-        where status >= 500 || status == 429 || status == 408 || status < 200:
+        guard case .response(let response, let compressed) = answer else {
+            if case .failed(let reason) = answer { try backOff(reason, retryAfter: nil, events: batch.count) }
+            return false
+        }
+        let status = response.status
+        if (300..<400).contains(status) || status < 200 {
+            // A redirect (or an interim answer) is never success and never a
+            // reason to give up on the events, whatever the format says.
             try backOff(
-                "HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: retryAfter, events: batch.count)
-        case .transportFailure(let reason):
-            try backOff(reason, retryAfter: nil, events: batch.count)
-        case .response(let status, _, let message) where status == 413 || status == 400:
+                UploadVerdict.describe(response), retryAfter: status < 200 ? response.retryAfter : nil,
+                events: batch.count)
+        }
+        if compressed && status == 415 && !Self.acceptsGzip(response) {
+            // The collector cannot read gzip (RFC 7694: a 415 that does not
+            // list gzip in Accept-Encoding). Identity from now on, and this
+            // batch again at once.
+            compresses = false
+            counters.failedRequests += 1
+            return try await send(batch)
+        }
+        var verdict = client.format.verdict(for: response, eventCount: batch.count)
+        if !(200..<300).contains(status) {
+            switch verdict {
+            case .accepted, .perEvent:
+                // Only a 2xx answer is delivery.
+                verdict = .retry(reason: UploadVerdict.describe(response), retryAfter: response.retryAfter)
+            case .retry, .split, .rejected: break
+            }
+        }
+        switch verdict {
+        case .accepted:
+            counters.uploaded += batch.count
+            recovered()
+            return true
+        case .retry(let reason, let retryAfter):
+            try backOff(reason, retryAfter: retryAfter, events: batch.count)
+        case .split(let reason):
             // Too large, or something in it is refused: split to isolate.
             counters.failedRequests += 1
             if batch.count == 1 {
-                try deadLetter(after: batch.first - 1, count: 1, status: status, message: message)
+                try deadLetter(after: batch.first - 1, count: 1, status: status, reason: reason)
             } else {
                 let half = batch.count / 2
                 try await sendRange(after: batch.first - 1, count: half)
                 try await sendRange(after: batch.positions[half - 1], count: batch.count - half)
             }
             return false
-        case .response(let status, _, let message):
-            // Other 4xx: the collector will never take these.
+        case .rejected(let reason):
+            // The collector will never take these.
             counters.failedRequests += 1
-            try deadLetter(after: batch.first - 1, count: batch.count, status: status, message: message)
+            try deadLetter(after: batch.first - 1, count: batch.count, status: status, reason: reason)
             return false
+        case .perEvent(let results):
+            try settle(batch, results: results, status: status)
+            return false
+        }
+    }
+
+    /// Whether a 415 names gzip as a coding the collector accepts (then the
+    /// 415 is about something else).
+    static func acceptsGzip(_ response: UploadResponse) -> Bool {
+        guard let header = response.value(forHeader: "Accept-Encoding") else { return false }
+        return header.split(separator: ",").contains { coding in
+            let parts = coding.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            guard parts.first == "gzip" || parts.first == "x-gzip" else { return false }
+            // "gzip;q=0" refuses it.
+            return !parts.dropFirst().contains { $0.replacingOccurrences(of: " ", with: "") == "q=0" }
         }
     }
 
     /// Sends the `count` events after `position`, saving each success at once.
     private func sendRange(after position: Int64, count: Int) async throws {
-        let (maximumBytes, consumer) = (settings.maximumBodyBytes, Self.consumerID)
+        let (maximumBytes, consumer, format) = (settings.maximumBodyBytes, Self.consumerID, client.format)
         var after = position
         var remaining = count
         while remaining > 0 {
             let (start, limit) = (after, remaining)
-            guard
-                let batch = try log.database.onQueue({
-                    try UploadBatch.read(after: start, limit: limit, maximumBytes: maximumBytes, from: $0)
-                })
-            else { return }
-            if try await send(batch) {
-                let last = batch.last
-                _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
-                signals.withLock { $0.position = max($0.position, last) }
+            let read = try log.database.onQueue {
+                try UploadBatch.read(after: start, limit: limit, format: format, maximumBytes: maximumBytes, from: $0)
             }
-            after = batch.last
-            remaining -= batch.count
+            switch read {
+            case nil:
+                return
+            case .oversized(let at, let bytes)?:
+                try deadLetterOversized(at: at, bytes: bytes)
+                after = at
+                remaining -= 1
+            case .batch(let batch)?:
+                if try await send(batch) {
+                    let last = batch.last
+                    _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
+                    signals.withLock { $0.position = max($0.position, last) }
+                }
+                after = batch.last
+                remaining -= batch.count
+            }
         }
     }
 
-    /// Calls the dispatcher and waits for its one answer, at most
-    /// `dispatchTimeout` (a later answer is ignored: the lease must outlive
-    /// every request).
-    private func dispatch(_ event: EventForDispatch) async -> DispatchOutcome {
-        let timeout = settings.dispatchTimeout
+    /// Builds the request and sends it through the client's transport,
+    /// waiting at most `dispatchTimeout` (a later answer is ignored: the
+    /// lease must outlive every request).
+    private func exchange(_ batch: UploadBatch) async -> UploadClient.Answer {
+        let (client, url, compress, timeout) = (self.client, settings.url, compresses, settings.dispatchTimeout)
         return await withCheckedContinuation { continuation in
             let once = Protected(false)
-            let finish: @Sendable (DispatchOutcome) -> Void = { outcome in
-                // A dispatcher must answer once; tolerate one that answers twice.
+            let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
                 let first = once.withLock { answered in
                     defer { answered = true }
                     return !answered
                 }
-                if first { continuation.resume(returning: outcome) }
+                if first { continuation.resume(returning: answer) }
+            }
+            // A task, not structured work: gzip and the header provider run
+            // off the database queue, and a transport that ignores
+            // cancellation must not hold the uploader past its timeout.
+            let task = Task {
+                finish(await client.exchange(url: url, body: batch.body, eventCount: batch.count, compress: compress))
             }
             log.database.asyncAfter(timeout) { _ in
-                finish(.transportFailure("no answer from the dispatcher within \(Int(timeout)) s"))
+                task.cancel()
+                finish(.failed("no answer from the transport within \(Int(timeout)) s"))
             }
-            dispatcher.dispatchEvent(event: event, completionHandler: finish)
         }
     }
 
-    private func deadLetter(after start: Int64, count: Int, status: Int, message: String?) throws {
-        let reason =
-            "HTTP \(status)" + (message.map { ": " + $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "")
+    // MARK: - Settling events
+
+    /// A success: the backoff starts over.
+    private func recovered() {
+        failures = 0
+        retryAt = nil
+        lastFailure = nil
+    }
+
+    /// Per-event results: the events up to the first retriable failure are
+    /// settled in one transaction (rejected ones dead-lettered, the position
+    /// moved past all of them); from that failure on, everything stays
+    /// queued and is retried.
+    private func settle(_ batch: UploadBatch, results: [UploadVerdict.EventResult], status: Int) throws {
+        var settled = 0
+        var accepted = 0
+        var rejected: [Int64: String] = [:]
+        var retryReason: String?
+        for index in 0..<batch.count {
+            let result = index < results.count ? results[index] : .retry(reason: "no result for this event")
+            switch result {
+            case .accepted:
+                accepted += 1
+            case .rejected(let reason):
+                rejected[batch.positions[index]] = reason
+            case .retry(let reason):
+                retryReason = "HTTP \(status), event \(index + 1) of \(batch.count): \(reason)"
+            }
+            if retryReason != nil { break }
+            settled = index + 1
+        }
+        if settled > 0 {
+            let (consumer, through, first) = (Self.consumerID, batch.positions[settled - 1], batch.first)
+            try log.database.onQueue { connection in
+                try connection.transaction {
+                    if !rejected.isEmpty {
+                        let events = try connection.readEvents(after: first - 1, limit: settled)
+                        let byReason = Dictionary(grouping: events.filter { rejected[$0.seq] != nil }) {
+                            rejected[$0.seq] ?? ""
+                        }
+                        for (reason, group) in byReason {
+                            try connection.deadLetter(group, status: status, reason: reason, consumer: consumer)
+                        }
+                    }
+                    try connection.advanceConsumerInTransaction(consumer, to: through)
+                }
+            }
+            signals.withLock { $0.position = max($0.position, through) }
+            counters.uploaded += accepted
+            if !rejected.isEmpty {
+                let reason = rejected.sorted { $0.key < $1.key }.first?.value ?? ""
+                diagnostics.report(
+                    .eventsDeadLettered, eventCount: rejected.count,
+                    "the collector refused \(rejected.count) of \(batch.count) events: \(reason)")
+            }
+        }
+        if let retryReason {
+            try backOff(retryReason, retryAfter: nil, events: batch.count - settled)
+        }
+        if !rejected.isEmpty { counters.failedRequests += 1 }
+        recovered()
+    }
+
+    private func deadLetter(after start: Int64, count: Int, status: Int?, reason: String) throws {
         let consumer = Self.consumerID
         let last = try log.database.onQueue { connection -> Int64? in
             let events = try connection.readEvents(after: start, limit: count)
@@ -400,6 +520,15 @@ actor Uploader {
         }
         if let last { signals.withLock { $0.position = max($0.position, last) } }
         diagnostics.report(.eventsDeadLettered, eventCount: count, "the collector refused \(count) events: \(reason)")
+    }
+
+    /// An event over the format's per-event limit is never sent: no
+    /// collector of that kind would take it.
+    private func deadLetterOversized(at position: Int64, bytes: Int) throws {
+        let limit = client.format.maximumEventBytes.map { " of \($0) bytes" } ?? ""
+        try deadLetter(
+            after: position - 1, count: 1, status: nil,
+            reason: "not sent: \(bytes) bytes, over the collector's per-event limit\(limit)")
     }
 
     private func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {

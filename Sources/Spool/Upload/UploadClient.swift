@@ -1,0 +1,156 @@
+import Foundation
+import SpoolStorage
+
+/// What the uploader sends batches with: the format, the request options
+/// and the transport, from a ``DefaultEventDispatcher`` or adapted from any
+/// other ``EventDispatcher``.
+struct UploadClient: Sendable {
+    let format: any BatchFormat
+    let transport: any UploadTransport
+    let options: UploadRequestOptions
+    let requestTimeout: TimeInterval
+    /// Whether the uploader starts out gzipping.
+    let compresses: Bool
+    /// User-Agent, the format's headers and the static ones, merged once.
+    private let fixedHeaders: [String: String]
+
+    init(
+        format: any BatchFormat, transport: any UploadTransport, options: UploadRequestOptions,
+        requestTimeout: TimeInterval
+    ) {
+        self.format = format
+        self.transport = transport
+        self.options = options
+        self.requestTimeout = requestTimeout
+        switch options.compression {
+        case .automatic: compresses = format.compressesByDefault
+        case .gzip: compresses = true
+        case .identity: compresses = false
+        }
+        var headers = ["User-Agent": UploadRequestOptions.defaultUserAgent, "Content-Type": format.contentType]
+        Self.merge(format.headers, into: &headers)
+        Self.merge(options.headers, into: &headers)
+        fixedHeaders = headers
+    }
+
+    /// A custom dispatcher keeps its contract: Spool's JSON body as given,
+    /// no compression, no headers of Spool's.
+    init(dispatcher: any EventDispatcher) {
+        self.init(
+            format: SpoolBatchFormat(), transport: DispatcherTransport(dispatcher: dispatcher),
+            options: UploadRequestOptions(compression: .identity), requestTimeout: 60)
+    }
+
+    /// How one exchange ended.
+    enum Answer: Sendable {
+        /// `compressed`: whether the body that got this answer was gzipped.
+        case response(UploadResponse, compressed: Bool)
+        /// No answer, or no request (the header provider failed).
+        case failed(String)
+    }
+
+    /// Builds the request for `body` (asking the header provider, gzipping
+    /// when `compress`) and sends it.
+    func exchange(url: URL, body: Data, eventCount: Int, compress: Bool) async -> Answer {
+        let request: UploadRequest
+        do {
+            request = try await makeRequest(url: url, body: body, eventCount: eventCount, compress: compress)
+        } catch {
+            return .failed("the header provider failed: \(error)")
+        }
+        let compressed = request.value(forHeader: "Content-Encoding") == "gzip"
+        do {
+            return .response(try await transport.send(request), compressed: compressed)
+        } catch {
+            return .failed(Self.describe(error))
+        }
+    }
+
+    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> UploadRequest {
+        var headers = fixedHeaders
+        if let provider = options.headerProvider { Self.merge(try await provider(), into: &headers) }
+        HTTPHeaders.set("Content-Length", nil, in: &headers)
+        var sent = body
+        // A body zlib cannot compress (out of memory) goes as it is.
+        if compress, let gzipped = Gzip.compress(body) {
+            sent = gzipped
+            HTTPHeaders.set("Content-Encoding", "gzip", in: &headers)
+        } else {
+            HTTPHeaders.set("Content-Encoding", nil, in: &headers)
+        }
+        return UploadRequest(
+            url: url, headers: headers, body: sent, eventCount: eventCount, timeout: requestTimeout,
+            allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
+            allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
+    }
+
+    private static func merge(_ layer: [String: String], into headers: inout [String: String]) {
+        for (name, value) in layer { HTTPHeaders.set(name, value, in: &headers) }
+    }
+
+    /// A transport error as a short reason.
+    static func describe(_ error: any Error) -> String {
+        if let failure = error as? DispatcherTransport.Failure { return failure.reason }
+        return String(describing: error)
+    }
+}
+
+/// Any ``EventDispatcher`` as a transport: each request goes to
+/// `dispatchEvent` as an ``EventForDispatch`` (the body only: a dispatcher
+/// sets its own headers), and its ``DispatchOutcome`` comes back as a
+/// response or a failure.
+struct DispatcherTransport: UploadTransport {
+    let dispatcher: any EventDispatcher
+
+    struct Failure: Error, CustomStringConvertible {
+        let reason: String
+        var description: String { reason }
+    }
+
+    func send(_ request: UploadRequest) async throws -> UploadResponse {
+        let event = EventForDispatch(url: request.url, body: request.body, eventCount: request.eventCount)
+        let outcome = await awaitCallback(cancelled: DispatchOutcome.transportFailure("cancelled")) { finish in
+            dispatcher.dispatchEvent(event: event, completionHandler: finish)
+        }
+        switch outcome {
+        case .response(let status, let retryAfter, let message):
+            return UploadResponse(
+                status: status, headers: retryAfter.map { ["Retry-After": String($0)] } ?? [:],
+                body: Data((message ?? "").utf8))
+        case .transportFailure(let reason):
+            throw Failure(reason: reason)
+        }
+    }
+}
+
+/// Waits for the one value `start` delivers through its callback, or for the
+/// task's cancellation, whichever comes first: then `cancelled` is returned
+/// and `onCancel` runs. A callback after that, or a second one, is ignored.
+func awaitCallback<Value: Sendable>(
+    cancelled: Value, onCancel: @escaping @Sendable () -> Void = {},
+    _ start: (_ finish: @escaping @Sendable (Value) -> Void) -> Void
+) async -> Value {
+    let state = Protected<(waiting: CheckedContinuation<Value, Never>?, finished: Bool)>((nil, false))
+    let take: @Sendable () -> CheckedContinuation<Value, Never>? = {
+        state.withLock { state in
+            defer { state = (nil, true) }
+            return state.waiting
+        }
+    }
+    return await withTaskCancellationHandler {
+        await withCheckedContinuation { continuation in
+            let cancelledAlready = state.withLock { state -> Bool in
+                if !state.finished { state.waiting = continuation }
+                return state.finished
+            }
+            if cancelledAlready {
+                continuation.resume(returning: cancelled)
+                return
+            }
+            start { value in take()?.resume(returning: value) }
+        }
+    } onCancel: {
+        take()?.resume(returning: cancelled)
+        onCancel()
+    }
+}
