@@ -85,6 +85,26 @@ struct UploadBatch: Sendable {
 }
 
 extension UploadBatch {
+    /// ``read(after:limit:format:maximumBytes:from:)`` with the built-in
+    /// formats' code specialized (no witness calls per event), any other
+    /// format through the protocol.
+    static func read(
+        after position: Int64, limit: Int, anyFormat format: any BatchFormat, maximumBytes: Int = .max,
+        from connection: Connection
+    ) throws -> Read? {
+        switch format {
+        case let spool as SpoolBatchFormat:
+            return try read(after: position, limit: limit, format: spool, maximumBytes: maximumBytes, from: connection)
+        case let segment as SegmentBatchFormat:
+            return try read(
+                after: position, limit: limit, format: segment, maximumBytes: maximumBytes, from: connection)
+        case let kafka as KafkaRESTBatchFormat:
+            return try read(after: position, limit: limit, format: kafka, maximumBytes: maximumBytes, from: connection)
+        default:
+            return try read(after: position, limit: limit, format: format, maximumBytes: maximumBytes, from: connection)
+        }
+    }
+
     /// Builds the next batch straight from the rows after `position` (no
     /// intermediate Strings): up to `limit` events, under `maximumBytes` and
     /// `format`'s own limits. Nil when nothing is after `position`.
@@ -94,8 +114,10 @@ extension UploadBatch {
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
+        // Room for a batch of typical events without growing (a Segment call
+        // with its context is about 700 bytes), never past the bound.
         var body = UploadBody(
-            format: format, maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 400 + 64))
+            format: format, maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 1_024 + 256))
         var positions: [Int64] = []
         positions.reserveCapacity(limit)
         var oversized: Read?

@@ -30,6 +30,7 @@ struct UploadClient: Sendable {
         var headers = ["User-Agent": UploadRequestOptions.defaultUserAgent, "Content-Type": format.contentType]
         Self.merge(format.headers, into: &headers)
         Self.merge(options.headers, into: &headers)
+        Self.removeSpoolsOwn(from: &headers)
         fixedHeaders = headers
     }
 
@@ -52,13 +53,13 @@ struct UploadClient: Sendable {
     /// Builds the request for `body` (asking the header provider, gzipping
     /// when `compress`) and sends it.
     func exchange(url: URL, body: Data, eventCount: Int, compress: Bool) async -> Answer {
-        let request: UploadRequest
+        let (request, compressed): (UploadRequest, Bool)
         do {
-            request = try await makeRequest(url: url, body: body, eventCount: eventCount, compress: compress)
+            (request, compressed) = try await makeRequest(
+                url: url, body: body, eventCount: eventCount, compress: compress)
         } catch {
             return .failed("the header provider failed: \(error)")
         }
-        let compressed = request.value(forHeader: "Content-Encoding") == "gzip"
         do {
             return .response(try await transport.send(request), compressed: compressed)
         } catch {
@@ -66,22 +67,32 @@ struct UploadClient: Sendable {
         }
     }
 
-    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> UploadRequest {
+    /// The request for `body`, and whether it went out gzipped.
+    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> (UploadRequest, Bool) {
         var headers = fixedHeaders
-        if let provider = options.headerProvider { Self.merge(try await provider(), into: &headers) }
-        HTTPHeaders.set("Content-Length", nil, in: &headers)
+        if let provider = options.headerProvider {
+            Self.merge(try await provider(), into: &headers)
+            Self.removeSpoolsOwn(from: &headers)
+        }
         var sent = body
         // A body zlib cannot compress (out of memory) goes as it is.
-        if compress, let gzipped = Gzip.compress(body) {
+        let gzipped = compress ? Gzip.compress(body) : nil
+        if let gzipped {
             sent = gzipped
-            HTTPHeaders.set("Content-Encoding", "gzip", in: &headers)
-        } else {
-            HTTPHeaders.set("Content-Encoding", nil, in: &headers)
+            headers["Content-Encoding"] = "gzip"
         }
-        return UploadRequest(
+        let request = UploadRequest(
             url: url, headers: headers, body: sent, eventCount: eventCount, timeout: requestTimeout,
             allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
             allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
+        return (request, gzipped != nil)
+    }
+
+    /// `Content-Encoding` and `Content-Length` must match the body: they are
+    /// Spool's (and the transport's), never the format's or the user's.
+    private static func removeSpoolsOwn(from headers: inout [String: String]) {
+        HTTPHeaders.set("Content-Encoding", nil, in: &headers)
+        HTTPHeaders.set("Content-Length", nil, in: &headers)
     }
 
     private static func merge(_ layer: [String: String], into headers: inout [String: String]) {

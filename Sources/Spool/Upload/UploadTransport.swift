@@ -162,13 +162,22 @@ extension UploadRequest {
 enum HTTPHeaders {
     static func value(_ name: String, in headers: [String: String]) -> String? {
         if let exact = headers[name] { return exact }
-        return headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
+        return headers.first { sameName($0.key, name) }?.value
     }
 
     /// `headers` with `name` set to `value`, replacing any spelling of it.
     static func set(_ name: String, _ value: String?, in headers: inout [String: String]) {
-        for key in headers.keys where key.caseInsensitiveCompare(name) == .orderedSame { headers[key] = nil }
+        for key in headers.keys where sameName(key, name) { headers[key] = nil }
         if let value { headers[name] = value }
+    }
+
+    /// Header names compare ASCII case-insensitively (RFC 9110); no
+    /// Foundation call per comparison, as this runs for every request.
+    static func sameName(_ a: String, _ b: String) -> Bool {
+        guard a.utf8.count == b.utf8.count else { return false }
+        return zip(a.utf8, b.utf8).allSatisfy { x, y in
+            x == y || (x | 0x20 == y | 0x20 && (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(x | 0x20))
+        }
     }
 
     /// `Retry-After` as seconds: either delta-seconds or an HTTP date.

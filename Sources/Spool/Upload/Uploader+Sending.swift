@@ -80,7 +80,8 @@ extension Uploader {
         while remaining > 0 {
             let (start, limit) = (after, remaining)
             let read = try log.database.onQueue {
-                try UploadBatch.read(after: start, limit: limit, format: format, maximumBytes: maximumBytes, from: $0)
+                try UploadBatch.read(
+                    after: start, limit: limit, anyFormat: format, maximumBytes: maximumBytes, from: $0)
             }
             switch read {
             case nil:

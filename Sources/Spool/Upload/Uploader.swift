@@ -298,7 +298,7 @@ actor Uploader {
                     return (.heldElsewhere(lease), position, head)
                 }
                 switch try UploadBatch.read(
-                    after: position, limit: settings.batchSize, format: format,
+                    after: position, limit: settings.batchSize, anyFormat: format,
                     maximumBytes: settings.maximumBodyBytes, from: connection)
                 {
                 case .batch(let batch)?: return (.batch(batch), position, head)
