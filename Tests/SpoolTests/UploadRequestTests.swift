@@ -118,6 +118,63 @@ struct UploadRequestTests {
         #expect(request.header("Authorization") == "Basic " + Data("wk:".utf8).base64EncodedString())
     }
 
+    @Test("the README's upload examples build the dispatchers they describe")
+    func readmeExamples() throws {
+        let installationID = "install-1"
+        let segment = DefaultEventDispatcher(
+            batchSize: 100,
+            format: try .segment(
+                writeKey: "YOUR_WRITE_KEY", anonymousId: installationID, userId: "user-7",
+                context: ["app": ["name": "Demo", "version": "2.1"], "os": ["name": "iOS", "version": "17.4"]]))
+        #expect(segment.format is SegmentBatchFormat && segment.batchSize == 100)
+        #expect(segment.format.headers["Authorization"]?.hasPrefix("Basic ") == true)
+        let rudder = DefaultEventDispatcher(
+            format: try .segment(writeKey: "RUDDER_SOURCE_WRITE_KEY", anonymousId: installationID),
+            request: UploadRequestOptions(compression: .identity))
+        #expect(rudder.requestOptions.compression == .identity)
+        let kafka = DefaultEventDispatcher(
+            batchSize: 200, format: .kafkaREST,
+            request: UploadRequestOptions(headers: [
+                "Authorization": "Basic " + Data("user:password".utf8).base64EncodedString()
+            ]))
+        #expect(kafka.format is KafkaRESTBatchFormat && !kafka.format.compressesByDefault)
+        var options = UploadRequestOptions(headers: ["X-API-Key": "k"])
+        options.headerProvider = { ["Authorization": "Bearer token"] }
+        options.allowsConstrainedNetworkAccess = false
+        options.allowsExpensiveNetworkAccess = false
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpAdditionalHeaders = ["X-From-Configuration": "yes"]
+        let custom = DefaultEventDispatcher(format: .spool, request: options, sessionConfiguration: configuration)
+        #expect(custom.format is SpoolBatchFormat && custom.requestOptions.headers == ["X-API-Key": "k"])
+        #expect(DefaultEventDispatcher().format.compressesByDefault, "Spool's format gzips by default")
+    }
+
+    @Test("a session configuration is honoured (its additional headers arrive), and Spool still refuses redirects")
+    func sessionConfiguration() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let other = try TestCollector(directory)
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpAdditionalHeaders = ["X-From-Configuration": "yes"]
+        let dispatcher = DefaultEventDispatcher(requestTimeout: 2, sessionConfiguration: configuration)
+        try await collector.control([
+            "mode": "redirect", "status": 302, "location": other.url.absoluteString, "times": 1,
+        ])
+        let body = Data(#"{"events":[]}"#.utf8)
+        let send = {
+            await withCheckedContinuation { continuation in
+                dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
+                    continuation.resume(returning: $0)
+                }
+            }
+        }
+        let redirected = await send()
+        #expect(!redirected.isSuccess)
+        #expect(other.requests().isEmpty, "the redirect was not followed")
+        #expect(await send().isSuccess)
+        #expect(collector.requests().map { $0.header("X-From-Configuration") } == ["yes", "yes"])
+    }
+
     // MARK: - gzip
 
     @Test(
