@@ -236,7 +236,7 @@ struct BatchFormatTests {
     }
 
     @Test("the standard reading: 2xx accepted; 1xx, 3xx, 408, 429, 5xx retried; 400, 413 split; other 4xx rejected")
-    func standardVerdicts() {
+    func standardVerdicts() throws {
         #expect(UploadVerdict.standard(for: response(200)) == .accepted)
         #expect(UploadVerdict.standard(for: response(204)) == .accepted)
         #expect(UploadVerdict.standard(for: response(400, "bad")) == .split(reason: "HTTP 400: bad"))
@@ -250,9 +250,9 @@ struct BatchFormatTests {
         #expect(UploadVerdict.standard(for: response(401)) == .rejected(reason: "HTTP 401"))
         #expect(UploadVerdict.standard(for: response(404)) == .rejected(reason: "HTTP 404"))
         // Segment and RudderStack read their answers the standard way.
-        let segment = try? SegmentBatchFormat(writeKey: "k", anonymousId: "a")
+        let segment = try SegmentBatchFormat(writeKey: "k", anonymousId: "a")
         #expect(
-            segment?.verdict(for: response(400, "Invalid JSON"), eventCount: 3)
+            segment.verdict(for: response(400, "Invalid JSON"), eventCount: 3)
                 == .split(reason: "HTTP 400: Invalid JSON"))
     }
 

@@ -32,6 +32,8 @@ import Foundation
 /// - 408, 429 and 5xx: retried, honouring `Retry-After`.
 /// - Other 4xx (401, 403, 406, 415): dead-lettered.
 public struct KafkaRESTBatchFormat: BatchFormat {
+    /// The Kafka REST v2 JSON format; the topic is in the collector URL
+    /// (`<proxy>/topics/<topic>`).
     public init() {}
 
     public var contentType: String { "application/vnd.kafka.json.v2+json" }

@@ -43,8 +43,12 @@ public struct SegmentBatchFormat: BatchFormat {
     /// Segment's limit per batch: 2,500 events.
     public static let maximumBatchEvents = 2_500
 
+    /// The source's write key: the user name of the Basic `Authorization`
+    /// header, and `writeKey` in the body.
     public let writeKey: String
+    /// `anonymousId` on every call.
     public let anonymousId: String
+    /// `userId` on every call, when set.
     public let userId: String?
 
     /// `"anonymousId":…[,"userId":…]`.

@@ -20,6 +20,7 @@ public struct SpoolBatchFormat: BatchFormat {
     /// limit, and what the collector parses.
     public static let maximumBodyBytes = 3_500_000
 
+    /// Spool's format; it has no settings.
     public init() {}
 
     public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {

@@ -74,6 +74,7 @@ public struct UploadRequest: Sendable, Hashable {
     /// platforms only.
     public var allowsConstrainedNetworkAccess: Bool
 
+    /// A request as Spool builds it (or a test does).
     public init(
         url: URL, headers: [String: String], body: Data, eventCount: Int, timeout: TimeInterval = 30,
         allowsExpensiveNetworkAccess: Bool = true, allowsConstrainedNetworkAccess: Bool = true
@@ -108,6 +109,8 @@ public struct UploadResponse: Sendable, Hashable {
     /// Spool's own explanation, when its transport stopped a redirect.
     var note: String?
 
+    /// An answer with `status`, `headers` and the start of `body` (cut at
+    /// ``maximumBodyBytes``).
     public init(status: Int, headers: [String: String] = [:], body: Data = Data()) {
         self.status = status
         self.headers = headers

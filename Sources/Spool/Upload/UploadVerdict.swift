@@ -28,6 +28,7 @@ public enum UploadVerdict: Sendable, Hashable {
 
     /// What the collector said about one event.
     public enum EventResult: Sendable, Hashable {
+        /// The collector took it.
         case accepted
         /// A failure that may pass if the event is sent again.
         case retry(reason: String)
