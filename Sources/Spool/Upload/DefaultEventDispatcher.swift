@@ -49,6 +49,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     public var requestOptions: UploadRequestOptions { client.options }
 
     let client: UploadClient
+    private let transport: any UploadTransport
     private let flushRequests = Protected<(@Sendable () -> Void)?>(nil)
 
     /// A dispatcher that sends with Spool's URLSession-based transport.
@@ -106,8 +107,9 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         let queueSize = maxQueueSize < 100 ? Self.defaultMaxQueueSize : maxQueueSize
         self.maxQueueSize = max(queueSize, batchSize)
         self.requestTimeout = Self.clampedTimeout(requestTimeout)
+        self.transport = transport
         client = UploadClient(
-            format: format, transport: transport, options: request, requestTimeout: self.requestTimeout)
+            format: format, sender: .transport(transport), options: request, requestTimeout: self.requestTimeout)
     }
 
     /// Positive and at most a day: URLSession traps on huge or infinite timeouts.
@@ -127,12 +129,12 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// the format's `Content-Type` (`application/json` for Spool's and
     /// Segment's) and the configured headers.
     public func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
-        let client = self.client
+        let (client, transport) = (self.client, self.transport)
         // A task: the one way from this synchronous method to the async
         // transport; the completion handler carries the answer back.
         Task {
             let answer = await client.exchange(
-                url: event.url, body: event.body, eventCount: event.eventCount, compress: false)
+                through: transport, url: event.url, body: event.body, eventCount: event.eventCount, compress: false)
             switch answer {
             case .response(let response, _):
                 completionHandler?(

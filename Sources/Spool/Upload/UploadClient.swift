@@ -2,11 +2,11 @@ import Foundation
 import SpoolStorage
 
 /// What the uploader sends batches with: the format, the request options
-/// and the transport, from a ``DefaultEventDispatcher`` or adapted from any
-/// other ``EventDispatcher``.
+/// and the transport, from a ``DefaultEventDispatcher``; or Spool's format
+/// and any other ``EventDispatcher``.
 struct UploadClient: Sendable {
     let format: any BatchFormat
-    let transport: any UploadTransport
+    let sender: Sender
     let options: UploadRequestOptions
     let requestTimeout: TimeInterval
     /// Whether the uploader starts out gzipping.
@@ -14,12 +14,20 @@ struct UploadClient: Sendable {
     /// User-Agent, the format's headers and the static ones, merged once.
     private let fixedHeaders: [String: String]
 
+    /// Where requests go.
+    enum Sender: Sendable {
+        /// Spool builds the whole request; the transport moves it.
+        case transport(any UploadTransport)
+        /// A dispatcher with the seed's contract: the body only, through its
+        /// completion handler.
+        case dispatcher(any EventDispatcher)
+    }
+
     init(
-        format: any BatchFormat, transport: any UploadTransport, options: UploadRequestOptions,
-        requestTimeout: TimeInterval
+        format: any BatchFormat, sender: Sender, options: UploadRequestOptions, requestTimeout: TimeInterval
     ) {
         self.format = format
-        self.transport = transport
+        self.sender = sender
         self.options = options
         self.requestTimeout = requestTimeout
         switch options.compression {
@@ -38,7 +46,7 @@ struct UploadClient: Sendable {
     /// no compression, no headers of Spool's.
     init(dispatcher: any EventDispatcher) {
         self.init(
-            format: SpoolBatchFormat(), transport: DispatcherTransport(dispatcher: dispatcher),
+            format: SpoolBatchFormat(), sender: .dispatcher(dispatcher),
             options: UploadRequestOptions(compression: .identity), requestTimeout: 60)
     }
 
@@ -50,9 +58,24 @@ struct UploadClient: Sendable {
         case failed(String)
     }
 
+    /// A dispatcher's outcome as an answer.
+    static func answer(_ outcome: DispatchOutcome) -> Answer {
+        switch outcome {
+        case .response(let status, let retryAfter, let message):
+            let response = UploadResponse(
+                status: status, headers: retryAfter.map { ["Retry-After": String($0)] } ?? [:],
+                body: Data((message ?? "").utf8))
+            return .response(response, compressed: false)
+        case .transportFailure(let reason):
+            return .failed(reason)
+        }
+    }
+
     /// Builds the request for `body` (asking the header provider, gzipping
-    /// when `compress`) and sends it.
-    func exchange(url: URL, body: Data, eventCount: Int, compress: Bool) async -> Answer {
+    /// when `compress`) and sends it through `transport`.
+    func exchange(
+        through transport: any UploadTransport, url: URL, body: Data, eventCount: Int, compress: Bool
+    ) async -> Answer {
         let (request, compressed): (UploadRequest, Bool)
         do {
             (request, compressed) = try await makeRequest(
@@ -63,7 +86,7 @@ struct UploadClient: Sendable {
         do {
             return .response(try await transport.send(request), compressed: compressed)
         } catch {
-            return .failed(Self.describe(error))
+            return .failed(String(describing: error))
         }
     }
 
@@ -99,39 +122,6 @@ struct UploadClient: Sendable {
         for (name, value) in layer { HTTPHeaders.set(name, value, in: &headers) }
     }
 
-    /// A transport error as a short reason.
-    static func describe(_ error: any Error) -> String {
-        if let failure = error as? DispatcherTransport.Failure { return failure.reason }
-        return String(describing: error)
-    }
-}
-
-/// Any ``EventDispatcher`` as a transport: each request goes to
-/// `dispatchEvent` as an ``EventForDispatch`` (the body only: a dispatcher
-/// sets its own headers), and its ``DispatchOutcome`` comes back as a
-/// response or a failure.
-struct DispatcherTransport: UploadTransport {
-    let dispatcher: any EventDispatcher
-
-    struct Failure: Error, CustomStringConvertible {
-        let reason: String
-        var description: String { reason }
-    }
-
-    func send(_ request: UploadRequest) async throws -> UploadResponse {
-        let event = EventForDispatch(url: request.url, body: request.body, eventCount: request.eventCount)
-        let outcome = await awaitCallback(cancelled: DispatchOutcome.transportFailure("cancelled")) { finish in
-            dispatcher.dispatchEvent(event: event, completionHandler: finish)
-        }
-        switch outcome {
-        case .response(let status, let retryAfter, let message):
-            return UploadResponse(
-                status: status, headers: retryAfter.map { ["Retry-After": String($0)] } ?? [:],
-                body: Data((message ?? "").utf8))
-        case .transportFailure(let reason):
-            throw Failure(reason: reason)
-        }
-    }
 }
 
 /// Waits for the one value `start` delivers through its callback, or for the

@@ -102,9 +102,9 @@ extension Uploader {
         }
     }
 
-    /// Builds the request and sends it through the client's transport,
-    /// waiting at most `dispatchTimeout` (a later answer is ignored: the
-    /// lease must outlive every request).
+    /// Builds the request and sends it through the client's transport or
+    /// dispatcher, waiting at most `dispatchTimeout` (a later answer is
+    /// ignored: the lease must outlive every request).
     func exchange(_ batch: UploadBatch) async -> UploadClient.Answer {
         let (client, url, compress, timeout) = (self.client, settings.url, compresses, settings.dispatchTimeout)
         return await withCheckedContinuation { continuation in
@@ -116,15 +116,29 @@ extension Uploader {
                 }
                 if first { continuation.resume(returning: answer) }
             }
-            // A task, not structured work: gzip and the header provider run
-            // off the database queue, and a transport that ignores
-            // cancellation must not hold the uploader past its timeout.
-            let task = Task {
-                finish(await client.exchange(url: url, body: batch.body, eventCount: batch.count, compress: compress))
-            }
-            log.database.asyncAfter(timeout) { _ in
-                task.cancel()
-                finish(.failed("no answer from the transport within \(Int(timeout)) s"))
+            switch client.sender {
+            case .dispatcher(let dispatcher):
+                // Called from here, as before there were transports: a
+                // dispatcher that answers at once costs no thread hop.
+                log.database.asyncAfter(timeout) { _ in
+                    finish(.failed("no answer from the dispatcher within \(Int(timeout)) s"))
+                }
+                let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
+                dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
+            case .transport(let transport):
+                // A task, not structured work: gzip and the header provider
+                // run off the database queue, and a transport that ignores
+                // cancellation must not hold the uploader past its timeout.
+                let task = Task {
+                    finish(
+                        await client.exchange(
+                            through: transport, url: url, body: batch.body, eventCount: batch.count,
+                            compress: compress))
+                }
+                log.database.asyncAfter(timeout) { _ in
+                    task.cancel()
+                    finish(.failed("no answer from the transport within \(Int(timeout)) s"))
+                }
             }
         }
     }
