@@ -47,9 +47,9 @@ public enum UploadVerdict: Sendable, Hashable {
     /// | other 4xx | rejected |
     public static func standard(for response: UploadResponse) -> UploadVerdict {
         let status = response.status
+        if (200..<300).contains(status) { return .accepted }  // the common case: no reason to build
         let reason = describe(response)
         switch status {
-        case 200..<300: return .accepted
         case 400, 413: return .split(reason: reason)
         case 408, 429: return .retry(reason: reason, retryAfter: response.retryAfter)
         case 400..<500: return .rejected(reason: reason)
