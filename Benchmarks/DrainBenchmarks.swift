@@ -75,6 +75,11 @@ struct DrainBenchmarks {
     }
 
     func rawDrain(count: Int) -> Double {
+        rawDrainMeasured(count: count).rate
+    }
+
+    /// The raw drain's rate, and the CPU seconds (every thread) it used.
+    func rawDrainMeasured(count: Int) -> (rate: Double, cpu: Double) {
         let scratch = Scratch("rawdrain")
         let raw = RawSQLite(path: scratch.database.path)
         raw.createPlainEventsTable()
@@ -91,6 +96,7 @@ struct DrainBenchmarks {
             sqlite3_finalize(delete)
         }
         let start = now()
+        let cpuStart = cpuSeconds()
         var drained = 0
         while true {
             raw.exec("BEGIN IMMEDIATE")
@@ -118,7 +124,7 @@ struct DrainBenchmarks {
             drained += rows
         }
         precondition(drained == count)
-        return Double(count) / seconds(since: start)
+        return (Double(count) / seconds(since: start), cpuSeconds() - cpuStart)
     }
 
     // MARK: - end to end

@@ -72,20 +72,37 @@ struct UploadFormatBenchmarks {
         let baseline = DrainBenchmarks(quick: quick, report: report)
         for (label, format) in try Self.formats() {
             let identity = StubTransport()
+            // CPU seconds per round too: on a shared machine they move less
+            // than wall time, and they leave out waiting for thread hops.
+            var cpu = Comparison()
             let plain = try await Comparison.measure(rounds: rounds) {
-                try await drain(count: count, format: format, compression: .identity, transport: identity)
+                let (rate, seconds) = try await drain(
+                    count: count, format: format, compression: .identity, transport: identity)
+                cpu.spool.append(Double(count) / seconds)
+                return rate
             } baseline: {
-                baseline.rawDrain(count: count)
+                let (rate, seconds) = baseline.rawDrainMeasured(count: count)
+                cpu.baseline.append(Double(count) / seconds)
+                cpu.ratios.append((cpu.spool.last ?? 0) / (Double(count) / seconds))
+                return rate
             }
             report.add(
                 plain, area: "upload", unit: "events/s", spool: "\(label) drain, 100/batch, identity",
                 spoolDetail: "read + splice into the \(label) body + advance + delete, \(count) events",
                 baseline: "raw SQLite drain (beside \(label))", ratio: "ratio \(label) drain / raw drain",
                 target: 0.7)
+            let cpuRatio = Samples(values: cpu.ratios)
+            report.add(
+                Row(
+                    area: "upload", name: "ratio \(label) drain / raw drain, CPU time", value: cpuRatio.median,
+                    unit: "×",
+                    detail: "events per CPU-second, all threads: \(formatNumber(Samples(values: cpu.spool).median)) "
+                        + "vs \(formatNumber(Samples(values: cpu.baseline).median)), spread \(formatNumber(cpuRatio.spreadPercent))%"
+                ))
 
             let gzip = StubTransport()
             let compressed = try await Comparison.measure(rounds: quick ? 2 : 3) {
-                try await drain(count: count, format: format, compression: .gzip, transport: gzip)
+                try await drain(count: count, format: format, compression: .gzip, transport: gzip).rate
             } baseline: {
                 baseline.rawDrain(count: count)
             }
@@ -101,10 +118,10 @@ struct UploadFormatBenchmarks {
     }
 
     /// Fills a fresh engine while the stub refuses, then times one flush of
-    /// everything through `format`.
+    /// everything through `format`: events per second, and CPU seconds.
     func drain(
         count: Int, format: some BatchFormat, compression: UploadCompression, transport: StubTransport
-    ) async throws -> Double {
+    ) async throws -> (rate: Double, cpu: Double) {
         let scratch = Scratch("format-drain")
         transport.status.withLock { $0 = 500 }
         transport.sent.withLock { $0.removeAll(keepingCapacity: true) }
@@ -125,12 +142,14 @@ struct UploadFormatBenchmarks {
         checkpointAndTruncateWAL(scratch.database)  // as the baseline: start from an empty WAL
         transport.status.withLock { $0 = 200 }
         let start = now()
+        let cpuStart = cpuSeconds()
         try await engine.flush()
         let rate = Double(count) / seconds(since: start)
+        let cpu = cpuSeconds() - cpuStart
         let left = try await engine.uploadStatistics().pending
         precondition(left == 0, "drain left \(left) events")
         await engine.close()
-        return rate
+        return (rate, cpu)
     }
 
     /// Bytes per event raw and gzipped, and gzip's time per event, from the
@@ -164,4 +183,12 @@ struct UploadFormatBenchmarks {
                 area: "upload", name: "\(label) gzip cost per event", value: cost.median, unit: "µs",
                 detail: "zlib level 6 over each body of 100, spread \(formatNumber(cost.spreadPercent))%"))
     }
+}
+
+/// CPU seconds this process has used, every thread, user and system.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+        + Double(usage.ru_stime.tv_usec) / 1e6
 }
