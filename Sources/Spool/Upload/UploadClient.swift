@@ -121,37 +121,4 @@ struct UploadClient: Sendable {
     private static func merge(_ layer: [String: String], into headers: inout [String: String]) {
         for (name, value) in layer { HTTPHeaders.set(name, value, in: &headers) }
     }
-
-}
-
-/// Waits for the one value `start` delivers through its callback, or for the
-/// task's cancellation, whichever comes first: then `cancelled` is returned
-/// and `onCancel` runs. A callback after that, or a second one, is ignored.
-func awaitCallback<Value: Sendable>(
-    cancelled: Value, onCancel: @escaping @Sendable () -> Void = {},
-    _ start: (_ finish: @escaping @Sendable (Value) -> Void) -> Void
-) async -> Value {
-    let state = Protected<(waiting: CheckedContinuation<Value, Never>?, finished: Bool)>((nil, false))
-    let take: @Sendable () -> CheckedContinuation<Value, Never>? = {
-        state.withLock { state in
-            defer { state = (nil, true) }
-            return state.waiting
-        }
-    }
-    return await withTaskCancellationHandler {
-        await withCheckedContinuation { continuation in
-            let cancelledAlready = state.withLock { state -> Bool in
-                if !state.finished { state.waiting = continuation }
-                return state.finished
-            }
-            if cancelledAlready {
-                continuation.resume(returning: cancelled)
-                return
-            }
-            start { value in take()?.resume(returning: value) }
-        }
-    } onCancel: {
-        take()?.resume(returning: cancelled)
-        onCancel()
-    }
 }
