@@ -15,7 +15,7 @@ import SpoolStorage
 /// The session is always Spool's own, made from a configuration, so that the
 /// redirect-refusing delegate is always installed: a ready-made `URLSession`
 /// comes with its own delegate (or none), and would follow redirects.
-final class HTTPTransport: UploadTransport {
+final class HTTPTransport: CallbackUploadTransport {
     private let session: URLSession
     private let redirects: RedirectPolicy
     let requestTimeout: TimeInterval
@@ -28,6 +28,11 @@ final class HTTPTransport: UploadTransport {
         requestTimeout: TimeInterval, configuration: URLSessionConfiguration? = nil,
         redirects: RedirectPolicy = RedirectPolicy()
     ) {
+        #if canImport(FoundationNetworking)
+            // FoundationNetworking drops the fraction of a timeout: under a
+            // second, every request would time out at once.
+            let requestTimeout = max(1, requestTimeout)
+        #endif
         self.requestTimeout = requestTimeout
         self.redirects = redirects
         let given = configuration
@@ -58,16 +63,29 @@ final class HTTPTransport: UploadTransport {
     /// Cancelling the calling task cancels the request in flight; it then
     /// throws `CancellationError`.
     func send(_ request: UploadRequest) async throws -> UploadResponse {
-        let task = Protected<URLSessionTask?>(nil)
+        let cancel = Protected<(@Sendable () -> Void)?>(nil)
         let result = await awaitCallback(
             cancelled: Result<UploadResponse, any Error>.failure(CancellationError()),
-            onCancel: { task.withLock { $0 }?.cancel() }
+            onCancel: { cancel.withLock { $0 }?() }
         ) { finish in
-            send(request.urlRequest, body: request.body, original: request.url, hops: 0, task: task) { result in
-                finish(result)
-            }
+            let cancelRequest = send(request, completion: finish)
+            cancel.withLock { $0 = cancelRequest }
         }
         return try result.get()
+    }
+
+    /// Sends `request`, following only what ``RedirectPolicy`` allows, and
+    /// calls `completion` once, after the upload's last request.
+    func send(
+        _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
+    ) -> @Sendable () -> Void {
+        let task = Protected<URLSessionTask?>(nil)
+        var urlRequest = request.urlRequest
+        #if canImport(FoundationNetworking)
+            urlRequest.timeoutInterval = max(1, urlRequest.timeoutInterval)  // see init
+        #endif
+        send(urlRequest, body: request.body, original: request.url, hops: 0, task: task, completion: completion)
+        return { task.withLock { $0 }?.cancel() }
     }
 
     /// Sends `request` with `body`; on a 3xx, asks the redirect policy

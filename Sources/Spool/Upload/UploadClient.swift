@@ -90,6 +90,24 @@ struct UploadClient: Sendable {
         }
     }
 
+    /// The request for an uncompressed `body`, built on the spot; nil when
+    /// the header provider must be asked first.
+    func immediateRequest(url: URL, body: Data, eventCount: Int) -> UploadRequest? {
+        guard options.headerProvider == nil else { return nil }
+        return UploadRequest(
+            url: url, headers: fixedHeaders, body: body, eventCount: eventCount, timeout: requestTimeout,
+            allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
+            allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
+    }
+
+    /// A callback transport's result as an answer to an uncompressed request.
+    static func answer(_ result: Result<UploadResponse, any Error>) -> Answer {
+        switch result {
+        case .success(let response): return .response(response, compressed: false)
+        case .failure(let error): return .failed(String(describing: error))
+        }
+    }
+
     /// The request for `body`, and whether it went out gzipped.
     func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> (UploadRequest, Bool) {
         var headers = fixedHeaders

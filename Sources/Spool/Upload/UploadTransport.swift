@@ -54,6 +54,21 @@ public protocol UploadTransport: Sendable {
     func send(_ request: UploadRequest) async throws -> UploadResponse
 }
 
+/// A transport that can also answer through a callback. When a request needs
+/// no work off the database queue (no header provider, no gzip), the
+/// uploader sends it from its own queue this way: no task, and the answer
+/// comes back with one thread hop instead of three. Spool's HTTP transport
+/// adopts it; `package`, not public, so the public surface stays one method.
+package protocol CallbackUploadTransport: UploadTransport {
+    /// Sends `request` and calls `completion` exactly once, on any thread.
+    ///
+    /// - Returns: a closure that cancels the request (then `completion`
+    ///   reports a failure, or is not called if it already was).
+    func send(
+        _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
+    ) -> @Sendable () -> Void
+}
+
 /// One upload, ready to go on the wire: a POST of `body` to `url`.
 public struct UploadRequest: Sendable, Hashable {
     /// The collector endpoint (the engine's `collectorURL`).

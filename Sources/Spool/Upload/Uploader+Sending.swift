@@ -126,6 +126,18 @@ extension Uploader {
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
             case .transport(let transport):
+                if !compress, let callback = transport as? any CallbackUploadTransport,
+                    let request = client.immediateRequest(url: url, body: batch.body, eventCount: batch.count)
+                {
+                    // Nothing to do off the database queue: sent from here,
+                    // and the answer comes back with one hop.
+                    let cancel = callback.send(request) { finish(UploadClient.answer($0)) }
+                    log.database.asyncAfter(timeout) { _ in
+                        cancel()
+                        finish(.failed("no answer from the transport within \(Int(timeout)) s"))
+                    }
+                    return
+                }
                 // A task, not structured work: gzip and the header provider
                 // run off the database queue, and a transport that ignores
                 // cancellation must not hold the uploader past its timeout.
