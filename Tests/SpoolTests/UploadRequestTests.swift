@@ -206,6 +206,25 @@ struct UploadRequestTests {
         await engine.close()
     }
 
+    @Test("an identity upload (sent from the uploader's queue, no task) that hangs times out and is retried")
+    func identityUploadHangs() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["mode": "hang", "times": 1, "hang_seconds": 3])
+        let engine = uploadingEngine(
+            directory, collector: collector, batchSize: 5, requestTimeout: 0.5,
+            request: UploadRequestOptions(compression: .identity))
+        try await engine.start()
+        let ids = try record(engine, 4)
+        try await flushUntilDone(engine)
+        let requests = collector.requests()
+        #expect(requests.first?.status == nil, "the first request got no answer")
+        #expect(requests.count >= 2 && requests[1].t - requests[0].t >= 0.9, "it waited for the timeout")
+        #expect(requests.allSatisfy { $0.content_encoding == nil })
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: ids))
+        await engine.close()
+    }
+
     @Test("the 3.5 MB bound is on the body before compression: a batch that gzips small is still split")
     func boundBeforeCompression() async throws {
         let directory = TemporaryDirectory()
