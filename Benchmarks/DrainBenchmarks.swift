@@ -75,11 +75,6 @@ struct DrainBenchmarks {
     }
 
     func rawDrain(count: Int) -> Double {
-        rawDrainMeasured(count: count).rate
-    }
-
-    /// The raw drain's rate, and the CPU seconds (every thread) it used.
-    func rawDrainMeasured(count: Int) -> (rate: Double, cpu: Double) {
         let scratch = Scratch("rawdrain")
         let raw = RawSQLite(path: scratch.database.path)
         raw.createPlainEventsTable()
@@ -96,7 +91,6 @@ struct DrainBenchmarks {
             sqlite3_finalize(delete)
         }
         let start = now()
-        let cpuStart = cpuSeconds()
         var drained = 0
         while true {
             raw.exec("BEGIN IMMEDIATE")
@@ -124,7 +118,7 @@ struct DrainBenchmarks {
             drained += rows
         }
         precondition(drained == count)
-        return (Double(count) / seconds(since: start), cpuSeconds() - cpuStart)
+        return Double(count) / seconds(since: start)
     }
 
     // MARK: - end to end

@@ -4,8 +4,8 @@ import SpoolStorage
 
 /// Each batch format beside the raw-SQLite drain: the drain rate with the
 /// body written by splicing stored bytes (transport stubbed, identity), the
-/// same with gzip, the bytes each event puts on the wire raw and gzipped, and
-/// what gzip costs per event.
+/// same through an async-only transport and with gzip, the bytes each event
+/// puts on the wire raw and gzipped, and what gzip costs per event.
 struct UploadFormatBenchmarks {
     let quick: Bool
     let report: Report
@@ -13,13 +13,27 @@ struct UploadFormatBenchmarks {
     /// Refuses while the log fills (parking the uploader in backoff), then
     /// answers 200 at once, keeping the first bodies to be measured after the
     /// clock stops (a sample: keeping them all would make the drain pay for
-    /// memory the real transport frees).
-    final class StubTransport: UploadTransport {
+    /// memory the real transport frees). It answers through a callback, as
+    /// Spool's HTTP transport can: an identity request goes out from the
+    /// uploader's queue, with no task — the hop profile of the dispatcher
+    /// drain above, so the rows differ only in the format.
+    final class StubTransport: CallbackUploadTransport {
         static let keptBodies = 200
         let status = Locked(500)
         let sent = Locked<[(body: Data, events: Int)]>([])
 
+        func send(
+            _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
+        ) -> @Sendable () -> Void {
+            completion(.success(answer(request)))
+            return {}
+        }
+
         func send(_ request: UploadRequest) async throws -> UploadResponse {
+            answer(request)
+        }
+
+        private func answer(_ request: UploadRequest) -> UploadResponse {
             let status = self.status.withLock { $0 }
             if status == 200 {
                 sent.withLock { sent in
@@ -27,6 +41,15 @@ struct UploadFormatBenchmarks {
                 }
             }
             return UploadResponse(status: status)
+        }
+    }
+
+    /// The same stub behind the public protocol only: every request goes
+    /// through a task and `async` (what a custom transport gets).
+    struct AsyncOnlyTransport: UploadTransport {
+        let stub: StubTransport
+        func send(_ request: UploadRequest) async throws -> UploadResponse {
+            try await stub.send(request)
         }
     }
 
@@ -72,62 +95,65 @@ struct UploadFormatBenchmarks {
         let baseline = DrainBenchmarks(quick: quick, report: report)
         for (label, format) in try Self.formats() {
             let identity = StubTransport()
-            // CPU seconds per round too: on a shared machine they move less
-            // than wall time, and they leave out waiting for thread hops.
-            var cpu = Comparison()
             let plain = try await Comparison.measure(rounds: rounds) {
-                let (rate, seconds) = try await drain(
-                    count: count, format: format, compression: .identity, transport: identity)
-                cpu.spool.append(Double(count) / seconds)
-                return rate
+                try await drain(count: count, format: format, compression: .identity, stub: identity)
             } baseline: {
-                let (rate, seconds) = baseline.rawDrainMeasured(count: count)
-                cpu.baseline.append(Double(count) / seconds)
-                cpu.ratios.append((cpu.spool.last ?? 0) / (Double(count) / seconds))
-                return rate
+                baseline.rawDrain(count: count)
             }
             report.add(
                 plain, area: "upload", unit: "events/s", spool: "\(label) drain, 100/batch, identity",
                 spoolDetail: "read + splice into the \(label) body + advance + delete, \(count) events",
                 baseline: "raw SQLite drain (beside \(label))", ratio: "ratio \(label) drain / raw drain",
                 target: 0.7)
-            let cpuRatio = Samples(values: cpu.ratios)
-            report.add(
-                Row(
-                    area: "upload", name: "ratio \(label) drain / raw drain, CPU time", value: cpuRatio.median,
-                    unit: "×",
-                    detail: "events per CPU-second, all threads: \(formatNumber(Samples(values: cpu.spool).median)) "
-                        + "vs \(formatNumber(Samples(values: cpu.baseline).median)), spread \(formatNumber(cpuRatio.spreadPercent))%"
-                ))
 
-            let gzip = StubTransport()
-            let compressed = try await Comparison.measure(rounds: quick ? 2 : 3) {
-                try await drain(count: count, format: format, compression: .gzip, transport: gzip).rate
+            let asyncStub = StubTransport()
+            let throughAsync = try await Comparison.measure(rounds: quick ? 2 : 3) {
+                try await drain(
+                    count: count, format: format, compression: .identity, stub: asyncStub,
+                    transport: AsyncOnlyTransport(stub: asyncStub))
             } baseline: {
                 baseline.rawDrain(count: count)
             }
-            let ratio = Samples(values: compressed.ratios).median
-            report.add(
-                Row(
-                    area: "upload", name: "\(label) drain, 100/batch, gzip",
-                    value: Samples(values: compressed.spool).median, unit: "events/s",
-                    detail: "ratio \(formatNumber(ratio)) × raw drain; gzip runs in the upload task"
-                        + (format.compressesByDefault ? " (the default)" : " (forced: identity is the default)")))
+            add(
+                throughAsync, "\(label) drain, identity, through an async transport",
+                "a task and two more thread hops per request")
+
+            let gzip = StubTransport()
+            let compressed = try await Comparison.measure(rounds: quick ? 2 : 3) {
+                try await drain(count: count, format: format, compression: .gzip, stub: gzip)
+            } baseline: {
+                baseline.rawDrain(count: count)
+            }
+            add(
+                compressed, "\(label) drain, gzip",
+                "gzip in the upload task"
+                    + (format.compressesByDefault ? " (the default)" : " (forced: identity is the default)"))
             sizes(label, identity.sent.withLock { $0 })
         }
     }
 
-    /// Fills a fresh engine while the stub refuses, then times one flush of
-    /// everything through `format`: events per second, and CPU seconds.
+    /// A drain row with its ratio to the raw drain in the detail (no target).
+    func add(_ comparison: Comparison, _ name: String, _ detail: String) {
+        let ratio = Samples(values: comparison.ratios).median
+        report.add(
+            Row(
+                area: "upload", name: name, value: Samples(values: comparison.spool).median, unit: "events/s",
+                detail: "ratio \(formatNumber(ratio)) × raw drain; \(detail)"))
+    }
+
+    /// Fills a fresh engine while `stub` refuses, then times one flush of
+    /// everything through `format` and `transport` (the stub itself unless
+    /// given): events per second.
     func drain(
-        count: Int, format: some BatchFormat, compression: UploadCompression, transport: StubTransport
-    ) async throws -> (rate: Double, cpu: Double) {
+        count: Int, format: some BatchFormat, compression: UploadCompression, stub: StubTransport,
+        transport: (any UploadTransport)? = nil
+    ) async throws -> Double {
         let scratch = Scratch("format-drain")
-        transport.status.withLock { $0 = 500 }
-        transport.sent.withLock { $0.removeAll(keepingCapacity: true) }
+        stub.status.withLock { $0 = 500 }
+        stub.sent.withLock { $0.removeAll(keepingCapacity: true) }
         let dispatcher = DefaultEventDispatcher(
             batchSize: 100, timerInterval: 3_600, maxQueueSize: count * 2, format: format,
-            request: UploadRequestOptions(compression: compression), transport: transport)
+            request: UploadRequestOptions(compression: compression), transport: transport ?? stub)
         let engine = EventEngine(
             configuration: EngineConfiguration(
                 database: .file(scratch.database), maximumRetainedEvents: count * 2,
@@ -140,16 +166,14 @@ struct UploadFormatBenchmarks {
         }
         try await engine.settle()
         checkpointAndTruncateWAL(scratch.database)  // as the baseline: start from an empty WAL
-        transport.status.withLock { $0 = 200 }
+        stub.status.withLock { $0 = 200 }
         let start = now()
-        let cpuStart = cpuSeconds()
         try await engine.flush()
         let rate = Double(count) / seconds(since: start)
-        let cpu = cpuSeconds() - cpuStart
         let left = try await engine.uploadStatistics().pending
         precondition(left == 0, "drain left \(left) events")
         await engine.close()
-        return (rate, cpu)
+        return rate
     }
 
     /// Bytes per event raw and gzipped, and gzip's time per event, from the
@@ -183,12 +207,4 @@ struct UploadFormatBenchmarks {
                 area: "upload", name: "\(label) gzip cost per event", value: cost.median, unit: "µs",
                 detail: "zlib level 6 over each body of 100, spread \(formatNumber(cost.spreadPercent))%"))
     }
-}
-
-/// CPU seconds this process has used, every thread, user and system.
-func cpuSeconds() -> Double {
-    var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
-    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
-        + Double(usage.ru_stime.tv_usec) / 1e6
 }
