@@ -7,6 +7,9 @@ import SpoolStorage
 struct UploadClient: Sendable {
     let format: any BatchFormat
     let sender: Sender
+    /// The transport, when it can also answer through a callback (looked up
+    /// once, not per request).
+    let callbackTransport: (any CallbackUploadTransport)?
     let options: UploadRequestOptions
     let requestTimeout: TimeInterval
     /// Whether the uploader starts out gzipping.
@@ -28,6 +31,11 @@ struct UploadClient: Sendable {
     ) {
         self.format = format
         self.sender = sender
+        if case .transport(let transport) = sender {
+            callbackTransport = transport as? any CallbackUploadTransport
+        } else {
+            callbackTransport = nil
+        }
         self.options = options
         self.requestTimeout = requestTimeout
         switch options.compression {

@@ -126,7 +126,7 @@ extension Uploader {
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
             case .transport(let transport):
-                if !compress, let callback = transport as? any CallbackUploadTransport,
+                if !compress, let callback = client.callbackTransport,
                     let request = client.immediateRequest(url: url, body: batch.body, eventCount: batch.count)
                 {
                     // Nothing to do off the database queue: sent from here,
