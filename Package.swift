@@ -17,6 +17,13 @@ let package = Package(
             path: "Sources/CSQLite",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // zlib from the system (zlib1g-dev on Debian/Ubuntu, the SDK on Apple
+        // platforms): gzip request bodies.
+        .systemLibrary(
+            name: "CZlib",
+            path: "Sources/CZlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         // The storage layer: connection, migrations, the event log and its
         // consumers. It knows nothing of listeners, surveys, HTTP or the engine.
         .target(
@@ -26,7 +33,7 @@ let package = Package(
         ),
         .target(
             name: "Spool",
-            dependencies: ["SpoolStorage"],
+            dependencies: ["SpoolStorage", "CZlib"],
             path: "Sources/Spool",
             resources: [.copy("PrivacyInfo.xcprivacy")]
         ),
@@ -43,7 +50,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SpoolTests",
-            dependencies: ["Spool", "SpoolStorage", "CSQLite", "spool-crash-child"],
+            dependencies: ["Spool", "SpoolStorage", "CSQLite", "CZlib", "spool-crash-child"],
             path: "Tests/SpoolTests"
         ),
     ],

@@ -5,7 +5,8 @@ import SpoolStorage
 
 /// Upload drain: Spool's uploader (batch read, body build by concatenation,
 /// position advance, prefix delete) with the transport stubbed in-process,
-/// beside a raw-SQLite drain; and end to end to the loopback collector.
+/// beside a raw-SQLite drain; each batch format (UploadFormatBenchmarks); and
+/// end to end to the loopback collector.
 struct DrainBenchmarks {
     let quick: Bool
     let report: Report
@@ -29,7 +30,14 @@ struct DrainBenchmarks {
         try await endToEnd()
     }
 
+    /// The drain beside raw SQLite: through a custom dispatcher, then through
+    /// each batch format (`--only drain` runs just these).
     func drain() async throws {
+        try await dispatcherDrain()
+        try await UploadFormatBenchmarks(quick: quick, report: report).run()
+    }
+
+    func dispatcherDrain() async throws {
         let count = quick ? 50_000 : 200_000
         let comparison = try await Comparison.measure(rounds: quick ? 3 : 5) {
             try await spoolDrain(count: count)

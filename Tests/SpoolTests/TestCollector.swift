@@ -22,19 +22,35 @@ final class TestCollector: @unchecked Sendable {
     struct Request: Decodable, Sendable {
         let t: Double
         let status: Int?
+        /// On the wire.
         let bytes: Int
+        /// After the collector decoded `Content-Encoding`.
+        let decoded_bytes: Int?
+        /// Event ids in the body, from the format's place for them.
         let ids: [String]
+        /// The ids the collector took (all of a 2xx answer's, less the
+        /// records a Kafka REST answer failed).
+        let accepted: [String]?
+        /// The decoded body, base64.
         let raw: String
         let method: String
         let path: String
         let content_type: String?
+        let content_encoding: String?
+        /// Every request header, names in lower case.
+        let headers: [String: String]?
+        /// What the body or headers got wrong for the collector's format.
+        let format_errors: [String]?
 
+        /// The body as the collector parsed it (decoded when gzipped).
         var rawBody: Data { Data(base64Encoded: raw) ?? Data() }
+        var acceptedIDs: [String] { accepted ?? (((status ?? 0) / 100 == 2) ? ids : []) }
+        func header(_ name: String) -> String? { headers?[name.lowercased()] }
     }
 
     static var script: String {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Collector/collector.py").path
+            .appendingPathComponent("Collector").appendingPathComponent("collector.py").path
     }
 
     init(_ directory: TemporaryDirectory, port: Int = 0) throws {
@@ -117,9 +133,16 @@ final class TestCollector: @unchecked Sendable {
         return text.split(separator: "\n").compactMap { try? JSONDecoder().decode(Request.self, from: Data($0.utf8)) }
     }
 
-    /// Ids of events in 2xx-answered requests, in arrival order (with repeats).
+    /// Ids of events the collector took, in arrival order (with repeats).
     func acceptedIDs() -> [String] {
-        requests().filter { ($0.status ?? 0) / 100 == 2 }.flatMap(\.ids)
+        requests().flatMap(\.acceptedIDs)
+    }
+
+    /// Every format error the collector found, with the request's index.
+    func formatErrors() -> [String] {
+        requests().enumerated().flatMap { index, request in
+            (request.format_errors ?? []).map { "request \(index): \($0)" }
+        }
     }
 
     /// Polls (bounded) until `condition` holds on the received requests.
@@ -128,7 +151,7 @@ final class TestCollector: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if condition(requests()) { return true }
-            try? await Task.sleep(nanoseconds: 20_000_000)
+            try? await Task.sleep(nanoseconds: 20_000_000)  // try?: a cancelled wait just polls again
         }
         return condition(requests())
     }
@@ -140,11 +163,15 @@ let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2
 /// An engine on a file, uploading to `collector`.
 func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
+    path: String = "/collect"
 ) -> EventEngine {
     let dispatcher = DefaultEventDispatcher(
-        batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout)
-    var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
+        batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout,
+        format: format, request: request)
+    let url = URL(string: "http://127.0.0.1:\(collector.port)\(path)")!
+    var configuration = EngineConfiguration.uploading(to: url, dispatcher: dispatcher, in: directory.url)
     configuration.retryPolicy = retry
     return EventEngine(configuration: configuration)
 }

@@ -1,14 +1,28 @@
 import Foundation
 import SpoolStorage
 
-/// The built-in dispatcher: batching rules, storage choice, and an HTTP sender.
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The built-in dispatcher: batching rules, storage choice, the collector's
+/// batch format, and how requests are made.
 ///
 /// The engine's uploader builds batches from the log by size (`batchSize`)
-/// and by timer (`timerInterval`), and sends each through ``dispatchEvent(event:completionHandler:)``,
-/// which POSTs the body as given with `content-type: application/json`.
+/// and by timer (`timerInterval`), writes each in `format`, gzips it when the
+/// format and `request.compression` say so, adds the headers, and sends it
+/// through the transport: Spool's own URLSession-based one, or yours.
+///
+/// ```swift
+/// let dispatcher = DefaultEventDispatcher(
+///     batchSize: 100,
+///     format: try .segment(writeKey: "…", anonymousId: installationID),
+///     request: UploadRequestOptions(allowsConstrainedNetworkAccess: false))
+/// ```
 ///
 /// Parameters follow the seed's rules (each is tested):
-/// - `batchSize`: default 10; 1 sends each event alone; 0 or less uses the default.
+/// - `batchSize`: default 10; 1 sends each event alone; 0 or less uses the
+///   default. A format's own per-request limit also applies.
 /// - `timerInterval`: default 60 s; 0 sends as soon as events are committed;
 ///   negative uses the default.
 /// - `maxQueueSize`: default 10 000; below 100 uses the default; below
@@ -29,17 +43,61 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     public let maxQueueSize: Int
     /// Seconds before a request with no answer counts as failed.
     public let requestTimeout: TimeInterval
+    /// How batches are written and what the collector's answers mean.
+    public var format: any BatchFormat { client.format }
+    /// Headers, credentials, compression and networks for every request.
+    public var requestOptions: UploadRequestOptions { client.options }
 
-    private let transport: HTTPTransport
+    let client: UploadClient
+    private let transport: any UploadTransport
     private let flushRequests = Protected<(@Sendable () -> Void)?>(nil)
 
+    /// A dispatcher that sends with Spool's URLSession-based transport.
+    ///
+    /// - Parameters:
+    ///   - format: the collector's batch format: ``SpoolBatchFormat`` (the
+    ///     default), ``SegmentBatchFormat``, ``KafkaRESTBatchFormat`` or yours.
+    ///   - request: headers, a header provider, compression, networks.
+    ///   - sessionConfiguration: for proxies, TLS settings, additional
+    ///     headers… Copied; Spool sets the timeouts, one connection per host
+    ///     and no cache. Nil: ephemeral, without cookies. Spool makes the
+    ///     session itself and never takes a ready-made `URLSession`: its
+    ///     delegate must refuse redirects, or a 301 would turn the upload
+    ///     into a GET without its events and count as delivered. For a
+    ///     session delegate of your own (certificate pinning) or a background
+    ///     session, pass your ``UploadTransport`` to
+    ///     ``init(batchSize:backingStore:dataStoreName:timerInterval:maxQueueSize:requestTimeout:format:request:transport:)``.
+    public convenience init(
+        batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
+        backingStore: DataStoreType = .file,
+        dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
+        timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
+        maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
+        requestTimeout: TimeInterval = 30,
+        format: some BatchFormat = SpoolBatchFormat(),
+        request: UploadRequestOptions = UploadRequestOptions(),
+        sessionConfiguration: URLSessionConfiguration? = nil
+    ) {
+        let timeout = Self.clampedTimeout(requestTimeout)
+        self.init(
+            batchSize: batchSize, backingStore: backingStore, dataStoreName: dataStoreName,
+            timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: timeout, format: format,
+            request: request, transport: HTTPTransport(requestTimeout: timeout, configuration: sessionConfiguration))
+    }
+
+    /// A dispatcher that sends through `transport`: Spool still batches,
+    /// writes the format, gzips, adds the headers, retries, splits and
+    /// dead-letters; the transport only moves each request.
     public init(
         batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
         dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
         timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
         maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
-        requestTimeout: TimeInterval = 30
+        requestTimeout: TimeInterval = 30,
+        format: some BatchFormat = SpoolBatchFormat(),
+        request: UploadRequestOptions = UploadRequestOptions(),
+        transport: any UploadTransport
     ) {
         let batchSize = batchSize <= 0 ? Self.defaultBatchSize : batchSize
         self.batchSize = batchSize
@@ -48,9 +106,15 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         self.timerInterval = timerInterval < 0 || !timerInterval.isFinite ? Self.defaultTimerInterval : timerInterval
         let queueSize = maxQueueSize < 100 ? Self.defaultMaxQueueSize : maxQueueSize
         self.maxQueueSize = max(queueSize, batchSize)
-        // Positive and at most a day: URLSession traps on huge or infinite timeouts.
-        self.requestTimeout = requestTimeout > 0 ? min(requestTimeout, 86_400) : 30
-        transport = HTTPTransport(requestTimeout: self.requestTimeout)
+        self.requestTimeout = Self.clampedTimeout(requestTimeout)
+        self.transport = transport
+        client = UploadClient(
+            format: format, sender: .transport(transport), options: request, requestTimeout: self.requestTimeout)
+    }
+
+    /// Positive and at most a day: URLSession traps on huge or infinite timeouts.
+    private static func clampedTimeout(_ timeout: TimeInterval) -> TimeInterval {
+        timeout > 0 ? min(timeout, 86_400) : 30
     }
 
     /// The database this dispatcher's queue lives in, for a given directory.
@@ -61,10 +125,24 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         }
     }
 
-    /// POSTs `event.body` unchanged to `event.url` with
-    /// `content-type: application/json` (D7).
+    /// POSTs `event.body` unchanged (never compressed) to `event.url`, with
+    /// the format's `Content-Type` (`application/json` for Spool's and
+    /// Segment's) and the configured headers.
     public func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
-        transport.send(event) { outcome in completionHandler?(outcome) }
+        let (client, transport) = (self.client, self.transport)
+        // A task: the one way from this synchronous method to the async
+        // transport; the completion handler carries the answer back.
+        Task {
+            let answer = await client.exchange(
+                through: transport, url: event.url, body: event.body, eventCount: event.eventCount, compress: false)
+            switch answer {
+            case .response(let response, _):
+                completionHandler?(
+                    .response(status: response.status, retryAfter: response.retryAfter, message: response.message()))
+            case .failed(let reason):
+                completionHandler?(.transportFailure(reason))
+            }
+        }
     }
 
     /// Asks the engine that uses this dispatcher to upload what is queued now.

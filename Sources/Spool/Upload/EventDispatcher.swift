@@ -3,12 +3,32 @@ import Foundation
 /// Called once per dispatch, on any thread.
 public typealias DispatchCompletionHandler = @Sendable (DispatchOutcome) -> Void
 
-/// Sends batches of events to a collector.
+/// Sends batches of events to a collector, with the method names of
+/// Optimizely's `OPTEventDispatcher` but **not its contract**.
 ///
-/// Spool builds each batch from its log and hands it to the dispatcher; the
-/// outcome decides what happens to the events: 2xx removes them, 5xx and
-/// transport failures keep them for a retry with backoff, 413 splits the
-/// batch, 400 isolates and dead-letters the events the collector rejects.
+/// Spool builds each batch from its log (Spool's JSON body, uncompressed) and
+/// hands it to the dispatcher; the outcome decides what happens to the
+/// events: 2xx removes them, 5xx and transport failures keep them for a
+/// retry with backoff, 413 splits the batch, 400 isolates and dead-letters
+/// the events the collector rejects.
+///
+/// How it differs from Optimizely's dispatcher, so that code ported from it
+/// does what it should:
+/// - **One call is one built batch, not one event.** Spool has already
+///   queued, batched and stored the events; do not queue or batch them again.
+/// - **Success means delivered.** Report `.response(status:…)` with the
+///   collector's real HTTP status once it has answered. Optimizely's default
+///   dispatcher reports success as soon as an event is queued, and its
+///   sender treats any status as sent; here a 2xx deletes the events for
+///   good, and anything else keeps or dead-letters them.
+/// - **The completion handler is called exactly once**, for every call.
+///   Optimizely's protocol lets a batching dispatcher skip it; Spool waits
+///   for it (at most its dispatch timeout, then retries the batch).
+/// - The outcome is ``DispatchOutcome``, not `OptimizelyResult<Data>`.
+///
+/// To keep Spool's formats, gzip and headers and change only how bytes
+/// travel, implement ``UploadTransport`` and pass it to
+/// ``DefaultEventDispatcher`` instead: it gets the finished request.
 ///
 /// ## Implementation requirements
 ///

@@ -1,29 +1,54 @@
 import Foundation
+import SpoolStorage
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
 
-/// POSTs bodies with URLSession (FoundationNetworking on Linux).
+/// POSTs upload requests with URLSession (FoundationNetworking on Linux):
+/// the built-in ``UploadTransport``.
 ///
 /// Redirects follow ``RedirectPolicy``: URLSession itself never follows one
 /// (a session delegate refuses them all, so the 3xx comes back here), and the
 /// transport re-sends the request only for a same-origin 307 or 308.
-final class HTTPTransport: Sendable {
+///
+/// The session is always Spool's own, made from a configuration, so that the
+/// redirect-refusing delegate is always installed: a ready-made `URLSession`
+/// comes with its own delegate (or none), and would follow redirects.
+final class HTTPTransport: CallbackUploadTransport {
     private let session: URLSession
     private let redirects: RedirectPolicy
     let requestTimeout: TimeInterval
 
-    init(requestTimeout: TimeInterval, redirects: RedirectPolicy = RedirectPolicy()) {
+    /// - Parameter configuration: copied; Spool sets its timeouts, one
+    ///   connection per host and no response cache, and keeps everything
+    ///   else (proxies, TLS settings, additional headers, cookies, cellular
+    ///   access). Nil: an ephemeral configuration without cookies.
+    init(
+        requestTimeout: TimeInterval, configuration: URLSessionConfiguration? = nil,
+        redirects: RedirectPolicy = RedirectPolicy()
+    ) {
+        #if canImport(FoundationNetworking)
+            // FoundationNetworking drops the fraction of a timeout: under a
+            // second, every request would time out at once.
+            let requestTimeout = max(1, requestTimeout)
+        #endif
         self.requestTimeout = requestTimeout
         self.redirects = redirects
-        let configuration = URLSessionConfiguration.ephemeral
+        let given = configuration
+        let configuration: URLSessionConfiguration
+        if let given {
+            // Copied: a caller changing its configuration later changes nothing here.
+            configuration = (given.copy() as? URLSessionConfiguration) ?? .ephemeral
+        } else {
+            configuration = .ephemeral
+            configuration.httpCookieStorage = nil
+        }
         configuration.timeoutIntervalForRequest = requestTimeout
         configuration.timeoutIntervalForResource = requestTimeout * 2
         configuration.httpMaximumConnectionsPerHost = 1
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.urlCache = nil
-        configuration.httpCookieStorage = nil
         // The session retains its delegate until invalidated: a separate
         // object, so the session and the transport do not keep each other.
         session = URLSession(configuration: configuration, delegate: RedirectRefusal(), delegateQueue: nil)
@@ -33,34 +58,55 @@ final class HTTPTransport: Sendable {
         session.finishTasksAndInvalidate()
     }
 
-    /// POSTs `event.body` unchanged to `event.url` (D7).
+    /// Sends `request`, following only what ``RedirectPolicy`` allows.
     ///
-    /// Calls `completion` once, after the last request of the upload (one
-    /// more per redirect followed).
-    func send(_ event: EventForDispatch, completion: @escaping DispatchCompletionHandler) {
-        var request = URLRequest(
-            url: event.url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: requestTimeout)
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = event.body
-        send(request, original: event.url, hops: 0, completion: completion)
+    /// Cancelling the calling task cancels the request in flight; it then
+    /// throws `CancellationError`.
+    func send(_ request: UploadRequest) async throws -> UploadResponse {
+        let cancel = Protected<(@Sendable () -> Void)?>(nil)
+        let result = await awaitCallback(
+            cancelled: Result<UploadResponse, any Error>.failure(CancellationError()),
+            onCancel: { cancel.withLock { $0 }?() }
+        ) { finish in
+            let cancelRequest = send(request, completion: finish)
+            cancel.withLock { $0 = cancelRequest }
+        }
+        return try result.get()
     }
 
-    /// Sends `request`; on a 3xx, asks the redirect policy whether to send it
-    /// again elsewhere.
+    /// Sends `request`, following only what ``RedirectPolicy`` allows, and
+    /// calls `completion` once, after the upload's last request.
+    func send(
+        _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
+    ) -> @Sendable () -> Void {
+        let task = Protected<URLSessionTask?>(nil)
+        var urlRequest = request.urlRequest
+        #if canImport(FoundationNetworking)
+            urlRequest.timeoutInterval = max(1, urlRequest.timeoutInterval)  // see init
+        #endif
+        send(urlRequest, body: request.body, original: request.url, hops: 0, task: task, completion: completion)
+        return { task.withLock { $0 }?.cancel() }
+    }
+
+    /// Sends `request` with `body`; on a 3xx, asks the redirect policy
+    /// whether to send it again elsewhere. Calls `completion` once, after
+    /// the last request of the upload.
     ///
     /// The task's handler holds the transport until the upload's last request
     /// ends, so a follow-up never starts on an invalidated session.
     private func send(
-        _ request: URLRequest, original: URL, hops: Int, completion: @escaping DispatchCompletionHandler
+        _ request: URLRequest, body: Data, original: URL, hops: Int, task current: Protected<URLSessionTask?>,
+        completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
     ) {
-        let task = session.dataTask(with: request) { data, response, error in
+        var withBody = request
+        withBody.httpBody = body
+        let task = session.dataTask(with: withBody) { data, response, error in
             if let error {
-                completion(.transportFailure(String(describing: error)))
+                completion(.failure(error))
                 return
             }
             guard let response = response as? HTTPURLResponse else {
-                completion(.transportFailure("not an HTTP response"))
+                completion(.failure(URLError(.badServerResponse)))
                 return
             }
             let status = response.statusCode
@@ -72,32 +118,58 @@ final class HTTPTransport: Sendable {
                 case .follow(let target):
                     var next = request
                     next.url = target
-                    self.send(next, original: original, hops: hops + 1, completion: completion)
+                    self.send(
+                        next, body: body, original: original, hops: hops + 1, task: current, completion: completion)
                 case .stop(let message):
-                    completion(.response(status: status, retryAfter: nil, message: message))
+                    var answer = UploadResponse(response, body: data)
+                    answer.note = message
+                    completion(.success(answer))
                 }
                 return
             }
-            let message = data.flatMap { String(decoding: $0.prefix(200), as: UTF8.self) }
-            completion(
-                .response(
-                    status: status,
-                    retryAfter: Self.retryAfter(response.value(forHTTPHeaderField: "Retry-After")),
-                    message: message))
+            completion(.success(UploadResponse(response, body: data)))
         }
+        current.withLock { $0 = task }
         task.resume()
     }
 
     /// `Retry-After` as seconds: either delta-seconds or an HTTP date.
     static func retryAfter(_ header: String?, now: Date = Date()) -> TimeInterval? {
-        guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
-        if let seconds = TimeInterval(header) { return max(0, seconds) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: header) else { return nil }
-        return max(0, date.timeIntervalSince(now))
+        HTTPHeaders.retryAfter(header, now: now)
+    }
+}
+
+// MARK: - Callbacks to async
+
+/// Waits for the one value `start` delivers through its callback, or for the
+/// task's cancellation, whichever comes first: then `cancelled` is returned
+/// and `onCancel` runs. A callback after that, or a second one, is ignored.
+func awaitCallback<Value: Sendable>(
+    cancelled: Value, onCancel: @escaping @Sendable () -> Void = {},
+    _ start: (_ finish: @escaping @Sendable (Value) -> Void) -> Void
+) async -> Value {
+    let state = Protected<(waiting: CheckedContinuation<Value, Never>?, finished: Bool)>((nil, false))
+    let take: @Sendable () -> CheckedContinuation<Value, Never>? = {
+        state.withLock { state in
+            defer { state = (nil, true) }
+            return state.waiting
+        }
+    }
+    return await withTaskCancellationHandler {
+        await withCheckedContinuation { continuation in
+            let cancelledAlready = state.withLock { state -> Bool in
+                if !state.finished { state.waiting = continuation }
+                return state.finished
+            }
+            if cancelledAlready {
+                continuation.resume(returning: cancelled)
+                return
+            }
+            start { value in take()?.resume(returning: value) }
+        }
+    } onCancel: {
+        take()?.resume(returning: cancelled)
+        onCancel()
     }
 }
 

@@ -1,74 +1,66 @@
 import Foundation
 import SpoolStorage
 
-/// The upload request body, built by concatenating stored JSON (no
-/// re-encoding of parameters):
-///
-/// ```json
-/// {"sentAt":"2026-11-29T10:15:31.002Z","events":[
-///   {"id":"0190f3a2-…","name":"purchase","timestamp":"2026-11-29T10:15:30.123Z",
-///    "session":"0190f3a1-…","parameters":{"amount":9.99}}, …]}
-/// ```
-///
-/// `id` is the stable UUIDv7 to deduplicate on (an event can arrive twice
-/// after a crash or a lost response); `timestamp` is when it was recorded;
-/// `session` is null for events recorded outside a session.
-struct UploadBody {
-    /// No request body is larger (D6); the collector's documented limit.
-    static let maximumBytes = 3_500_000
-
+/// An upload request body under construction: `format`'s prologue, the
+/// events it writes (comma-separated), its epilogue; built by splicing the
+/// stored bytes, never more than `maximumBytes` before compression.
+struct UploadBody<Format: BatchFormat> {
+    private let format: Format
     private var bytes: [UInt8] = []
+    /// Written once at the start: its size is part of every bound check.
+    private let epilogue: [UInt8]
     private let maximumBytes: Int
+    private let maximumEventBytes: Int
     /// Events in the body so far.
     private(set) var count = 0
 
-    init(sentAt: Date = Date(), maximumBytes: Int = UploadBody.maximumBytes, capacity: Int = 4_096) {
-        self.maximumBytes = maximumBytes
-        bytes.reserveCapacity(capacity)
-        bytes.append(contentsOf: #"{"sentAt":""#.utf8)
-        ISO8601Milliseconds.append(sentAt, to: &bytes)
-        bytes.append(contentsOf: #"","events":["#.utf8)
+    /// What ``append(_:)`` did with an event.
+    enum Appended {
+        case added
+        /// The body is full: the event starts the next one.
+        case full
+        /// The event alone is over the format's per-event limit; it can never
+        /// be sent (only reported for the first event of a body).
+        case oversized(bytes: Int)
     }
 
-    /// Adds one event from its raw UTF-8 columns, unless the body would pass
-    /// `maximumBytes` (the first event is always taken: one event is at most
-    /// ``EventLimits/maximumEncodedBytes`` plus its envelope).
-    ///
-    /// - Returns: false when it did not fit.
-    mutating func append(
-        id: UnsafeRawBufferPointer, name: UnsafeRawBufferPointer, recordedAt: Double,
-        session: UnsafeRawBufferPointer?, parameters: UnsafeRawBufferPointer
-    ) -> Bool {
+    init(format: Format, sentAt: Date = Date(), maximumBytes: Int, capacity: Int = 4_096) {
+        self.format = format
+        self.maximumBytes = maximumBytes
+        maximumEventBytes = format.maximumEventBytes ?? .max
+        var epilogue: [UInt8] = []
+        format.appendEpilogue(sentAt: sentAt, to: &epilogue)
+        self.epilogue = epilogue
+        bytes.reserveCapacity(capacity)
+        format.appendPrologue(sentAt: sentAt, to: &bytes)
+    }
+
+    /// Adds one event, unless the body would pass `maximumBytes` (the first
+    /// event is always taken: one event is at most
+    /// ``EventLimits/maximumEncodedBytes`` plus its envelope, well under
+    /// Spool's bound) or the event is over the format's per-event limit.
+    mutating func append(_ row: EventRowView) -> Appended {
         // Written in place and taken back if it does not fit: one copy, not two.
         let mark = bytes.count
         if count > 0 { bytes.append(UInt8(ascii: ",")) }
-        bytes.append(contentsOf: #"{"id":"#.utf8)
-        EventEncoder.appendJSONString(id, to: &bytes)
-        bytes.append(contentsOf: #","name":"#.utf8)
-        EventEncoder.appendJSONString(name, to: &bytes)
-        bytes.append(contentsOf: #","timestamp":""#.utf8)
-        ISO8601Milliseconds.append(Date(timeIntervalSince1970: recordedAt), to: &bytes)
-        bytes.append(contentsOf: #"","session":"#.utf8)
-        if let session {
-            EventEncoder.appendJSONString(session, to: &bytes)
-        } else {
-            bytes.append(contentsOf: "null".utf8)
-        }
-        bytes.append(contentsOf: #","parameters":"#.utf8)
-        bytes.append(contentsOf: parameters)
-        bytes.append(UInt8(ascii: "}"))
-        // 2 bytes for the closing "]}".
-        if count > 0 && bytes.count + 2 > maximumBytes {
+        let start = bytes.count
+        format.append(BatchEvent(row), to: &bytes)
+        let eventBytes = bytes.count - start
+        if eventBytes > maximumEventBytes {
             bytes.removeSubrange(mark...)
-            return false
+            return count == 0 ? .oversized(bytes: eventBytes) : .full
+        }
+        if count > 0 && bytes.count + epilogue.count > maximumBytes {
+            bytes.removeSubrange(mark...)
+            return .full
         }
         count += 1
-        return true
+        return .added
     }
 
     /// The finished body.
     consuming func finish() -> Data {
-        bytes.append(contentsOf: "]}".utf8)
+        bytes.append(contentsOf: epilogue)
         return Data(bytes)
     }
 }
@@ -82,27 +74,67 @@ struct UploadBatch: Sendable {
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
     var last: Int64 { positions[positions.count - 1] }
+
+    /// What reading the rows after a position found.
+    enum Read: Sendable {
+        case batch(UploadBatch)
+        /// The next event is over the format's per-event limit: it can never
+        /// be sent.
+        case oversized(position: Int64, bytes: Int)
+    }
 }
 
 extension UploadBatch {
-    /// Builds the next batch straight from the rows after `position` (no
-    /// intermediate Strings): up to `limit` events, under `maximumBytes`.
+    /// ``read(after:limit:format:maximumBytes:from:)`` with the built-in
+    /// formats' code specialized (no witness calls per event), any other
+    /// format through the protocol.
     static func read(
-        after position: Int64, limit: Int, maximumBytes: Int = UploadBody.maximumBytes, from connection: Connection
-    ) throws -> UploadBatch? {
-        var body = UploadBody(maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 400 + 64))
+        after position: Int64, limit: Int, anyFormat format: any BatchFormat, maximumBytes: Int = .max,
+        from connection: Connection
+    ) throws -> Read? {
+        switch format {
+        case let spool as SpoolBatchFormat:
+            return try read(after: position, limit: limit, format: spool, maximumBytes: maximumBytes, from: connection)
+        case let segment as SegmentBatchFormat:
+            return try read(
+                after: position, limit: limit, format: segment, maximumBytes: maximumBytes, from: connection)
+        case let kafka as KafkaRESTBatchFormat:
+            return try read(after: position, limit: limit, format: kafka, maximumBytes: maximumBytes, from: connection)
+        default:
+            return try read(after: position, limit: limit, format: format, maximumBytes: maximumBytes, from: connection)
+        }
+    }
+
+    /// Builds the next batch straight from the rows after `position` (no
+    /// intermediate Strings): up to `limit` events, under `maximumBytes` and
+    /// `format`'s own limits. Nil when nothing is after `position`.
+    static func read(
+        after position: Int64, limit: Int, format: some BatchFormat, maximumBytes: Int = .max,
+        from connection: Connection
+    ) throws -> Read? {
+        let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
+        let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
+        // Room for a batch of typical events without growing (a Segment call
+        // with its context is about 700 bytes), never past the bound.
+        var body = UploadBody(
+            format: format, maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 1_024 + 256))
         var positions: [Int64] = []
         positions.reserveCapacity(limit)
+        var oversized: Read?
         try connection.forEachEventRow(after: position, limit: limit) { row in
-            guard
-                body.append(
-                    id: row.id, name: row.name, recordedAt: row.recordedAt, session: row.session,
-                    parameters: row.parameters)
-            else { return false }
-            positions.append(row.seq)
-            return true
+            switch body.append(row) {
+            case .added:
+                positions.append(row.seq)
+                return true
+            case .full:
+                return false
+            case .oversized(let bytes):
+                oversized = .oversized(position: row.seq, bytes: bytes)
+                return false
+            }
         }
+        if let oversized { return oversized }
         guard !positions.isEmpty else { return nil }
-        return UploadBatch(body: body.finish(), positions: positions)
+        return .batch(UploadBatch(body: body.finish(), positions: positions))
     }
 }

@@ -2,7 +2,8 @@ import Foundation
 import SpoolStorage
 
 /// The uploader: a consumer of the event log (`consumers.id = 'uploader'`)
-/// that builds batches, hands them to the dispatcher and acts on the outcome.
+/// that builds batches in the dispatcher's format, sends them through its
+/// transport and acts on the format's verdict on each answer.
 ///
 /// Flushes happen when the pending count reaches `batchSize`, when the timer
 /// fires, on `flush()` and on entering background. One flush runs at a time;
@@ -24,7 +25,9 @@ actor Uploader {
         var batchSize: Int
         var timerInterval: TimeInterval
         var retry: RetryPolicy
-        var maximumBodyBytes = UploadBody.maximumBytes
+        /// The largest body before compression; the format's own bound
+        /// applies too.
+        var maximumBodyBytes = SpoolBatchFormat.maximumBodyBytes
         /// A dispatcher that has not answered after this long has failed (its
         /// late answer is ignored).
         var dispatchTimeout: TimeInterval = 60
@@ -34,24 +37,28 @@ actor Uploader {
         var leaseDuration: TimeInterval { dispatchTimeout + 30 }
     }
 
+    // Internal rather than private where Uploader+Sending.swift, which sends
+    // batches and acts on the collector's answers, needs it.
+
     /// Pending counts the commit handler reads without hopping onto the actor.
-    private struct Signals {
+    struct Signals {
         var position: Int64 = 0
         var head: Int64 = 0
         var flushRequested = false
         var pending: Int64 { max(0, head - position) }
     }
 
-    private let log: EventLog
-    private let dispatcher: any EventDispatcher
-    private let settings: Settings
+    let log: EventLog
+    let client: UploadClient
+    let settings: Settings
     private let isAllowed: @Sendable () -> Bool
-    private let diagnostics: DiagnosticsCenter
+    let diagnostics: DiagnosticsCenter
     /// The engine's name in the lease column.
     private let owner: String
-    private nonisolated let signals = Protected(Signals())
-    /// Answers the dispatch in flight, if any (to abandon it).
-    private nonisolated let inFlight = Protected<(@Sendable (DispatchOutcome) -> Void)?>(nil)
+    nonisolated let signals = Protected(Signals())
+    /// Gives up on the request in flight, if any (the app is about to be
+    /// suspended): it is answered as failed and its events stay queued.
+    nonisolated let inFlightAbandon = Protected<(@Sendable () -> Void)?>(nil)
 
     private var running = false
     private var rerun = false
@@ -59,8 +66,8 @@ actor Uploader {
     private var waiting: [CheckedContinuation<Void, any Error>] = []
     /// `stop()` callers waiting for the pass in flight to end.
     private var stopped: [CheckedContinuation<Void, Never>] = []
-    private var failures = 0
-    private var retryAt: Date?
+    var failures = 0
+    var retryAt: Date?
     private var retryTask: Task<Void, Never>?
     private var timerTask: Task<Void, Never>?
     private var random = FastRandom()
@@ -69,8 +76,10 @@ actor Uploader {
     private var pauses = 0
     /// A trigger arrived while paused: run once resumed.
     private var triggeredWhilePaused = false
-    private var counters = (uploaded: 0, requests: 0, failedRequests: 0)
-    private var lastFailure: String?
+    var counters = (uploaded: 0, requests: 0, failedRequests: 0)
+    var lastFailure: String?
+    /// Gzip bodies; off for good once the collector refuses gzip (415).
+    var compresses: Bool
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -84,7 +93,10 @@ actor Uploader {
     ) {
         self.owner = owner
         self.log = log
-        self.dispatcher = dispatcher
+        // A DefaultEventDispatcher brings its format, options and transport;
+        // any other dispatcher gets Spool's body as given.
+        client = (dispatcher as? DefaultEventDispatcher)?.client ?? UploadClient(dispatcher: dispatcher)
+        compresses = client.compresses
         self.settings = settings
         self.diagnostics = diagnostics
         self.isAllowed = isAllowed
@@ -276,7 +288,7 @@ actor Uploader {
     /// flight (its answer is ignored; its events stay queued and are sent
     /// again later, at least once).
     nonisolated func abandonInFlightFromAnyThread() {
-        inFlight.withLock { $0 }?(.transportFailure("abandoned: the app was about to be suspended"))
+        inFlightAbandon.withLock { $0 }?()
     }
 
     /// `stop()` waited long enough for the request in flight.
@@ -289,6 +301,8 @@ actor Uploader {
     /// What one read under the lease found.
     private enum Step {
         case batch(UploadBatch)
+        /// The next event is over the format's per-event limit.
+        case oversized(position: Int64, bytes: Int)
         case empty
         case heldElsewhere(ConsumerLease)
     }
@@ -310,6 +324,8 @@ actor Uploader {
             case .heldElsewhere(let lease):
                 retryWhenFree(lease)
                 throw UploadError.retryable("another process (\(lease.owner)) is uploading")
+            case .oversized(let position, let bytes):
+                try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
                 if try await send(batch) { uploadedThrough = batch.last }
             }
@@ -322,7 +338,7 @@ actor Uploader {
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up.
     private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
-        let (consumer, owner, settings) = (Self.consumerID, self.owner, self.settings)
+        let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let (step, position, head) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64) in
                 if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
@@ -338,15 +354,16 @@ actor Uploader {
                 {
                     return (.heldElsewhere(lease), position, head)
                 }
-                guard
-                    let batch = try UploadBatch.read(
-                        after: position, limit: settings.batchSize, maximumBytes: settings.maximumBodyBytes,
-                        from: connection)
-                else {
+                switch try UploadBatch.read(
+                    after: position, limit: settings.batchSize, anyFormat: format,
+                    maximumBytes: settings.maximumBodyBytes, from: connection)
+                {
+                case .batch(let batch)?: return (.batch(batch), position, head)
+                case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
+                case nil:
                     try connection.releaseLease(consumer, owner: owner)
                     return (.empty, position, head)
                 }
-                return (.batch(batch), position, head)
             }
         }
         signals.withLock { signals in
@@ -356,110 +373,7 @@ actor Uploader {
         return step
     }
 
-    /// Sends one batch and acts on the outcome.
-    ///
-    /// - Returns: true when the collector took the whole batch (its position
-    ///   is saved with the next read); false when it was split or
-    ///   dead-lettered (already saved).
-    /// - Throws: ``UploadError/retryable(_:)`` when it must stay queued.
-    private func send(_ batch: UploadBatch) async throws -> Bool {
-        let outcome = await dispatch(EventForDispatch(url: settings.url, body: batch.body, eventCount: batch.count))
-        counters.requests += 1
-        switch outcome {
-        case .response(let status, _, _) where (200..<300).contains(status):
-            counters.uploaded += batch.count
-            failures = 0
-            retryAt = nil
-            lastFailure = nil
-            return true
-        case .response(let status, _, let message) where (300..<400).contains(status):
-            // A redirect is never success and never a reason to give up on
-            // the events: keep them and try again later.
-            try backOff("HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: nil, events: batch.count)
-        case .response(let status, let retryAfter, let message)
-        where status >= 500 || status == 429 || status == 408 || status < 200:
-            try backOff(
-                "HTTP \(status)\(message.map { ": \($0)" } ?? "")", retryAfter: retryAfter, events: batch.count)
-        case .transportFailure(let reason):
-            try backOff(reason, retryAfter: nil, events: batch.count)
-        case .response(let status, _, let message) where status == 413 || status == 400:
-            // Too large, or something in it is refused: split to isolate.
-            counters.failedRequests += 1
-            if batch.count == 1 {
-                try deadLetter(after: batch.first - 1, count: 1, status: status, message: message)
-            } else {
-                let half = batch.count / 2
-                try await sendRange(after: batch.first - 1, count: half)
-                try await sendRange(after: batch.positions[half - 1], count: batch.count - half)
-            }
-            return false
-        case .response(let status, _, let message):
-            // Other 4xx: the collector will never take these.
-            counters.failedRequests += 1
-            try deadLetter(after: batch.first - 1, count: batch.count, status: status, message: message)
-            return false
-        }
-    }
-
-    /// Sends the `count` events after `position`, saving each success at once.
-    private func sendRange(after position: Int64, count: Int) async throws {
-        let (maximumBytes, consumer) = (settings.maximumBodyBytes, Self.consumerID)
-        var after = position
-        var remaining = count
-        while remaining > 0 {
-            let (start, limit) = (after, remaining)
-            guard
-                let batch = try log.database.onQueue({
-                    try UploadBatch.read(after: start, limit: limit, maximumBytes: maximumBytes, from: $0)
-                })
-            else { return }
-            if try await send(batch) {
-                let last = batch.last
-                _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
-                signals.withLock { $0.position = max($0.position, last) }
-            }
-            after = batch.last
-            remaining -= batch.count
-        }
-    }
-
-    /// Calls the dispatcher and waits for its one answer, at most
-    /// `dispatchTimeout` (a later answer is ignored: the lease must outlive
-    /// every request).
-    private func dispatch(_ event: EventForDispatch) async -> DispatchOutcome {
-        let timeout = settings.dispatchTimeout
-        return await withCheckedContinuation { continuation in
-            let once = Protected(false)
-            let finish: @Sendable (DispatchOutcome) -> Void = { outcome in
-                // A dispatcher must answer once; tolerate one that answers twice.
-                let first = once.withLock { answered in
-                    defer { answered = true }
-                    return !answered
-                }
-                if first { continuation.resume(returning: outcome) }
-            }
-            log.database.asyncAfter(timeout) { _ in
-                finish(.transportFailure("no answer from the dispatcher within \(Int(timeout)) s"))
-            }
-            inFlight.withLock { $0 = finish }
-            dispatcher.dispatchEvent(event: event, completionHandler: finish)
-        }
-    }
-
-    private func deadLetter(after start: Int64, count: Int, status: Int, message: String?) throws {
-        let reason =
-            "HTTP \(status)" + (message.map { ": " + $0.trimmingCharacters(in: .whitespacesAndNewlines) } ?? "")
-        let consumer = Self.consumerID
-        let last = try log.database.onQueue { connection -> Int64? in
-            let events = try connection.readEvents(after: start, limit: count)
-            try connection.deadLetter(events, status: status, reason: reason, consumer: consumer)
-            return events.last?.seq
-        }
-        if let last { signals.withLock { $0.position = max($0.position, last) } }
-        diagnostics.report(.eventsDeadLettered, eventCount: count, "the collector refused \(count) events: \(reason)")
-    }
-
-    private func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
+    func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
         counters.failedRequests += 1
         failures += 1
         lastFailure = reason

@@ -1,0 +1,150 @@
+import Foundation
+import SpoolStorage
+
+/// How a batch of events is written for one kind of collector, and what that
+/// collector's answers mean.
+///
+/// Spool ships three: ``SpoolBatchFormat`` (the default), ``SegmentBatchFormat``
+/// (Segment's HTTP Tracking API, also RudderStack and Jitsu) and
+/// ``KafkaRESTBatchFormat`` (Confluent REST Proxy v2, Redpanda's HTTP proxy).
+/// Choose one with ``DefaultEventDispatcher``'s `format:`.
+///
+/// A body is written straight from the stored bytes: Spool calls
+/// ``appendPrologue(sentAt:to:)`` once, ``append(_:to:)`` for each event (with
+/// a comma between events), then ``appendEpilogue(sentAt:to:)``. The event's
+/// parameters are spliced in as stored, never decoded and encoded again.
+///
+/// ## Implementation requirements
+///
+/// - The three `append` methods only append to `body`; Spool takes an event
+///   back out when it does not fit, so they must not look at or change what
+///   is already there. They run on Spool's database queue: no I/O, no locks,
+///   no waiting.
+/// - The ``BatchEvent`` passed to ``append(_:to:)`` is valid only during the
+///   call: do not keep it.
+/// - ``verdict(for:eventCount:)`` is a pure function of the answer. Report
+///   ``UploadVerdict/accepted`` only for events the collector took: Spool
+///   deletes them. Spool itself handles what no format may change: a 1xx or
+///   3xx keeps the events, a non-2xx is never delivery, and a 415 to a
+///   gzipped body turns compression off.
+/// - Every requirement except the three `append` methods has a default:
+///   JSON, Spool's limits, gzip, and ``UploadVerdict/standard(for:)``.
+public protocol BatchFormat: Sendable {
+    /// The `Content-Type` of the body. Default `application/json`.
+    var contentType: String { get }
+    /// Headers every request carries (authentication, `Accept`). Headers the
+    /// dispatcher is configured with replace these. Default none.
+    var headers: [String: String] { get }
+    /// Whether bodies are gzipped when the dispatcher's
+    /// ``UploadRequestOptions/compression`` is `.automatic`. Default true.
+    var compressesByDefault: Bool { get }
+    /// The largest body, in bytes **before** compression (what the collector
+    /// parses); a batch that would pass it is cut short. Default 3.5 MB.
+    var maximumBodyBytes: Int { get }
+    /// The most events one request carries, when the collector has a limit
+    /// (the dispatcher's `batchSize` applies too). Default none.
+    var maximumEventsPerRequest: Int? { get }
+    /// The most bytes one event may take in the body (what ``append(_:to:)``
+    /// writes), when the collector has a limit. A larger event is never sent:
+    /// it goes to the dead letters with no status. Default none.
+    var maximumEventBytes: Int? { get }
+
+    /// Appends what comes before the first event.
+    func appendPrologue(sentAt: Date, to body: inout [UInt8])
+    /// Appends one event.
+    func append(_ event: BatchEvent, to body: inout [UInt8])
+    /// Appends what comes after the last event.
+    func appendEpilogue(sentAt: Date, to body: inout [UInt8])
+
+    /// What the collector's answer to a request carrying `eventCount` events
+    /// means for them.
+    func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict
+}
+
+extension BatchFormat {
+    public var contentType: String { "application/json" }
+    public var headers: [String: String] { [:] }
+    public var compressesByDefault: Bool { true }
+    public var maximumBodyBytes: Int { SpoolBatchFormat.maximumBodyBytes }
+    public var maximumEventsPerRequest: Int? { nil }
+    public var maximumEventBytes: Int? { nil }
+
+    public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {
+        .standard(for: response)
+    }
+}
+
+// MARK: - One event's bytes
+
+/// One stored event while a batch body is written: its columns as SQLite
+/// holds them, appended to the body without an intermediate `String`.
+///
+/// Valid only inside the ``BatchFormat/append(_:to:)`` call that receives it.
+public struct BatchEvent {
+    let row: EventRowView
+
+    init(_ row: EventRowView) {
+        self.row = row
+    }
+
+    /// When it was recorded, in seconds since 1970.
+    public var recordedAt: TimeInterval { row.recordedAt }
+    /// True when it was recorded inside a session.
+    public var hasSession: Bool { row.session != nil }
+
+    /// The event id (a UUIDv7, stable across retries: deduplicate on it).
+    public var id: String { String(decoding: row.id, as: UTF8.self) }
+    /// The event name.
+    public var name: String { String(decoding: row.name, as: UTF8.self) }
+    /// The session id, if recorded in a session.
+    public var session: String? { row.session.map { String(decoding: $0, as: UTF8.self) } }
+
+    /// Appends the id as a JSON string.
+    public func appendID(to body: inout [UInt8]) {
+        EventEncoder.appendJSONString(row.id, to: &body)
+    }
+
+    /// Appends the name as a JSON string.
+    public func appendName(to body: inout [UInt8]) {
+        EventEncoder.appendJSONString(row.name, to: &body)
+    }
+
+    /// Appends the session id as a JSON string, or `null` outside a session.
+    public func appendSession(to body: inout [UInt8]) {
+        if let session = row.session {
+            EventEncoder.appendJSONString(session, to: &body)
+        } else {
+            body.append(contentsOf: "null".utf8)
+        }
+    }
+
+    /// Appends when it was recorded as a JSON string: ISO 8601 in UTC with
+    /// milliseconds (`"2026-11-29T10:15:30.123Z"`).
+    public func appendTimestamp(to body: inout [UInt8]) {
+        body.append(UInt8(ascii: "\""))
+        ISO8601Milliseconds.append(Date(timeIntervalSince1970: row.recordedAt), to: &body)
+        body.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends the parameters: a JSON object, exactly as stored (keys
+    /// sorted, dates as ISO 8601 strings).
+    public func appendParameters(to body: inout [UInt8]) {
+        body.append(contentsOf: row.parameters)
+    }
+
+    /// Appends `string` as a JSON string literal, escaped per RFC 8259.
+    public static func appendJSONString(_ string: String, to body: inout [UInt8]) {
+        EventEncoder.appendJSONString(string, to: &body)
+    }
+
+    /// Appends `date` as a JSON string: ISO 8601 in UTC with milliseconds.
+    public static func appendTimestamp(_ date: Date, to body: inout [UInt8]) {
+        body.append(UInt8(ascii: "\""))
+        ISO8601Milliseconds.append(date, to: &body)
+        body.append(UInt8(ascii: "\""))
+    }
+}
+
+/// Its bytes belong to SQLite and are valid only during one call.
+@available(*, unavailable)
+extension BatchEvent: Sendable {}

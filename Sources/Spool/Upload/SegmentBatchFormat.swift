@@ -1,0 +1,149 @@
+import Foundation
+
+/// Segment's HTTP Tracking API batch (`POST https://api.segment.io/v1/batch`),
+/// also accepted by RudderStack (`<data plane>/v1/batch`) and Jitsu: each
+/// event becomes a `track` call.
+///
+/// ```json
+/// {"batch":[{"type":"track","event":"purchase","properties":{"amount":9.99},
+///   "messageId":"0190f3a2-…","timestamp":"2026-11-29T10:15:30.123Z",
+///   "anonymousId":"…","userId":"…",
+///   "context":{"library":{"name":"spool","version":"…"},"sessionId":"0190f3a1-…"}}, …],
+///  "sentAt":"2026-11-29T10:15:31.002Z","writeKey":"…"}
+/// ```
+///
+/// - `event` is the event name, `properties` the stored parameters as they
+///   are, `messageId` the event id (Segment deduplicates on it),
+///   `timestamp` when it was recorded and `sentAt` when the request was
+///   built (Segment corrects the device's clock with the two).
+/// - `anonymousId`, `userId` and `context` come from this configuration and
+///   are the same for every event: the identity at upload time. Record
+///   anything that changes per event in its parameters.
+/// - The Spool session id goes in `context.sessionId`, where RudderStack's
+///   own SDKs put theirs, so `properties` stay exactly what the app recorded.
+///   Spool also fills `context.library` unless you set it.
+/// - Authentication: HTTP Basic with the write key as the user name and an
+///   empty password, and `writeKey` in the body too (Segment documents both;
+///   its own libraries send both; RudderStack reads the header, Jitsu
+///   either).
+/// - Limits: at most 500 KB per request before compression, 32 KB per event
+///   (a larger event is never sent: it goes to the dead letters) and 2,500
+///   events per request (Segment answers 200 to more, and drops them).
+///
+/// Answers: any 2xx takes the batch (Segment answers 200 even for events it
+/// later drops; check its debugger); 400 (invalid JSON, too large) and 413
+/// (RudderStack: too large) split the batch to isolate the event; 429 waits
+/// for `Retry-After`; 5xx and 408 retry; 401, 403, 404 (a wrong or disabled
+/// write key, a disabled source) and other 4xx dead-letter the events.
+public struct SegmentBatchFormat: BatchFormat {
+    /// Segment's limit per request: 500 KB.
+    public static let maximumRequestBytes = 500_000
+    /// Segment's limit per event: 32 KB.
+    public static let maximumMessageBytes = 32_000
+    /// Segment's limit per batch: 2,500 events.
+    public static let maximumBatchEvents = 2_500
+
+    /// The source's write key: the user name of the Basic `Authorization`
+    /// header, and `writeKey` in the body.
+    public let writeKey: String
+    /// `anonymousId` on every call.
+    public let anonymousId: String
+    /// `userId` on every call, when set.
+    public let userId: String?
+
+    /// `"anonymousId":…[,"userId":…]`.
+    private let identity: [UInt8]
+    /// `"context":{<members>`, the closing brace written per event.
+    private let contextOpening: [UInt8]
+    private let contextHasMembers: Bool
+    /// `,"writeKey":…}`.
+    private let closing: [UInt8]
+    private let authorization: String
+
+    /// - Parameters:
+    ///   - writeKey: the source's write key.
+    ///   - anonymousId: an id for this installation, the same across launches
+    ///     (Segment requires it or a `userId`).
+    ///   - userId: the signed-in user, if known when the engine is created.
+    ///   - context: Segment's `context` object (`app`, `device`, `os`,
+    ///     `locale`…), encoded once here. `sessionId` is Spool's and is
+    ///     replaced.
+    /// - Throws: ``EventValidationError`` when `context` holds a value Spool
+    ///   cannot encode (a non-finite number, a date out of range, nesting
+    ///   too deep).
+    public init(
+        writeKey: String, anonymousId: String, userId: String? = nil, context: [String: EventValue] = [:]
+    ) throws(EventValidationError) {
+        self.writeKey = writeKey
+        self.anonymousId = anonymousId
+        self.userId = userId
+        var identity: [UInt8] = Array(#""anonymousId":"#.utf8)
+        EventEncoder.appendJSONString(anonymousId, to: &identity)
+        if let userId {
+            identity.append(contentsOf: #","userId":"#.utf8)
+            EventEncoder.appendJSONString(userId, to: &identity)
+        }
+        self.identity = identity
+
+        var context = context
+        context["sessionId"] = nil
+        if context["library"] == nil {
+            context["library"] = ["name": "spool", "version": .string(SpoolVersion.current)]
+        }
+        var encoded = Array(try EventEncoder.encode(context).utf8)
+        encoded.removeLast()  // the closing brace, written per event after sessionId
+        contextHasMembers = encoded.count > 1
+        contextOpening = Array(#","context":"#.utf8) + encoded
+
+        var closing: [UInt8] = Array(#","writeKey":"#.utf8)
+        EventEncoder.appendJSONString(writeKey, to: &closing)
+        closing.append(UInt8(ascii: "}"))
+        self.closing = closing
+        authorization = "Basic " + Data((writeKey + ":").utf8).base64EncodedString()
+    }
+
+    public var headers: [String: String] { ["Authorization": authorization] }
+    public var maximumBodyBytes: Int { Self.maximumRequestBytes }
+    public var maximumEventsPerRequest: Int? { Self.maximumBatchEvents }
+    public var maximumEventBytes: Int? { Self.maximumMessageBytes }
+
+    public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
+        body.append(contentsOf: #"{"batch":["#.utf8)
+    }
+
+    public func append(_ event: BatchEvent, to body: inout [UInt8]) {
+        body.append(contentsOf: #"{"type":"track","event":"#.utf8)
+        event.appendName(to: &body)
+        body.append(contentsOf: #","properties":"#.utf8)
+        event.appendParameters(to: &body)
+        body.append(contentsOf: #","messageId":"#.utf8)
+        event.appendID(to: &body)
+        body.append(contentsOf: #","timestamp":"#.utf8)
+        event.appendTimestamp(to: &body)
+        body.append(UInt8(ascii: ","))
+        body.append(contentsOf: identity)
+        body.append(contentsOf: contextOpening)
+        if event.hasSession {
+            if contextHasMembers { body.append(UInt8(ascii: ",")) }
+            body.append(contentsOf: #""sessionId":"#.utf8)
+            event.appendSession(to: &body)
+        }
+        body.append(contentsOf: "}}".utf8)
+    }
+
+    public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
+        body.append(contentsOf: #"],"sentAt":"#.utf8)
+        BatchEvent.appendTimestamp(sentAt, to: &body)
+        body.append(contentsOf: closing)
+    }
+}
+
+extension BatchFormat where Self == SegmentBatchFormat {
+    /// Segment's HTTP Tracking API batch (also RudderStack and Jitsu): see
+    /// ``SegmentBatchFormat``.
+    public static func segment(
+        writeKey: String, anonymousId: String, userId: String? = nil, context: [String: EventValue] = [:]
+    ) throws(EventValidationError) -> SegmentBatchFormat {
+        try SegmentBatchFormat(writeKey: writeKey, anonymousId: anonymousId, userId: userId, context: context)
+    }
+}

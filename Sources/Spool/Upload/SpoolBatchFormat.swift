@@ -1,0 +1,62 @@
+import Foundation
+
+/// Spool's own body, the default: every column of every event, for a
+/// collector you run yourself.
+///
+/// ```json
+/// {"sentAt":"2026-11-29T10:15:31.002Z","events":[
+///   {"id":"0190f3a2-…","name":"purchase","timestamp":"2026-11-29T10:15:30.123Z",
+///    "session":"0190f3a1-…","parameters":{"amount":9.99}}, …]}
+/// ```
+///
+/// `id` is the stable UUIDv7 to deduplicate on (an event can arrive twice
+/// after a crash or a lost response); `timestamp` is when it was recorded;
+/// `session` is null for events recorded outside a session; `sentAt` is when
+/// the request was built, to correct for the device's clock. Sent as
+/// `application/json`, gzipped unless the dispatcher says otherwise; answers
+/// are read with ``UploadVerdict/standard(for:)``.
+public struct SpoolBatchFormat: BatchFormat {
+    /// No body is larger, before compression: the collector's documented
+    /// limit, and what the collector parses.
+    public static let maximumBodyBytes = 3_500_000
+
+    /// Spool's format; it has no settings.
+    public init() {}
+
+    public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
+        body.append(contentsOf: #"{"sentAt":"#.utf8)
+        BatchEvent.appendTimestamp(sentAt, to: &body)
+        body.append(contentsOf: #","events":["#.utf8)
+    }
+
+    public func append(_ event: BatchEvent, to body: inout [UInt8]) {
+        Self.appendObject(event, to: &body)
+    }
+
+    public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
+        body.append(contentsOf: "]}".utf8)
+    }
+
+    /// `{"id":…,"name":…,"timestamp":…,"session":…,"parameters":{…}}`: the
+    /// event as Spool's format and the Kafka REST format's record values
+    /// carry it.
+    @inline(__always)
+    static func appendObject(_ event: BatchEvent, to body: inout [UInt8]) {
+        body.append(contentsOf: #"{"id":"#.utf8)
+        event.appendID(to: &body)
+        body.append(contentsOf: #","name":"#.utf8)
+        event.appendName(to: &body)
+        body.append(contentsOf: #","timestamp":"#.utf8)
+        event.appendTimestamp(to: &body)
+        body.append(contentsOf: #","session":"#.utf8)
+        event.appendSession(to: &body)
+        body.append(contentsOf: #","parameters":"#.utf8)
+        event.appendParameters(to: &body)
+        body.append(UInt8(ascii: "}"))
+    }
+}
+
+extension BatchFormat where Self == SpoolBatchFormat {
+    /// Spool's own body: see ``SpoolBatchFormat``.
+    public static var spool: SpoolBatchFormat { SpoolBatchFormat() }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import SpoolStorage
+
+/// What the uploader sends batches with: the format, the request options
+/// and the transport, from a ``DefaultEventDispatcher``; or Spool's format
+/// and any other ``EventDispatcher``.
+struct UploadClient: Sendable {
+    let format: any BatchFormat
+    let sender: Sender
+    /// The transport, when it can also answer through a callback (looked up
+    /// once, not per request).
+    let callbackTransport: (any CallbackUploadTransport)?
+    let options: UploadRequestOptions
+    let requestTimeout: TimeInterval
+    /// Whether the uploader starts out gzipping.
+    let compresses: Bool
+    /// User-Agent, the format's headers and the static ones, merged once.
+    private let fixedHeaders: [String: String]
+
+    /// Where requests go.
+    enum Sender: Sendable {
+        /// Spool builds the whole request; the transport moves it.
+        case transport(any UploadTransport)
+        /// A dispatcher with the seed's contract: the body only, through its
+        /// completion handler.
+        case dispatcher(any EventDispatcher)
+    }
+
+    init(
+        format: any BatchFormat, sender: Sender, options: UploadRequestOptions, requestTimeout: TimeInterval
+    ) {
+        self.format = format
+        self.sender = sender
+        if case .transport(let transport) = sender {
+            callbackTransport = transport as? any CallbackUploadTransport
+        } else {
+            callbackTransport = nil
+        }
+        self.options = options
+        self.requestTimeout = requestTimeout
+        switch options.compression {
+        case .automatic: compresses = format.compressesByDefault
+        case .gzip: compresses = true
+        case .identity: compresses = false
+        }
+        var headers = ["User-Agent": UploadRequestOptions.defaultUserAgent, "Content-Type": format.contentType]
+        Self.merge(format.headers, into: &headers)
+        Self.merge(options.headers, into: &headers)
+        Self.removeSpoolsOwn(from: &headers)
+        fixedHeaders = headers
+    }
+
+    /// A custom dispatcher keeps its contract: Spool's JSON body as given,
+    /// no compression, no headers of Spool's.
+    init(dispatcher: any EventDispatcher) {
+        self.init(
+            format: SpoolBatchFormat(), sender: .dispatcher(dispatcher),
+            options: UploadRequestOptions(compression: .identity), requestTimeout: 60)
+    }
+
+    /// How one exchange ended.
+    enum Answer: Sendable {
+        /// `compressed`: whether the body that got this answer was gzipped.
+        case response(UploadResponse, compressed: Bool)
+        /// No answer, or no request (the header provider failed).
+        case failed(String)
+    }
+
+    /// A dispatcher's outcome as an answer.
+    static func answer(_ outcome: DispatchOutcome) -> Answer {
+        switch outcome {
+        case .response(let status, let retryAfter, let message):
+            let response = UploadResponse(
+                status: status, headers: retryAfter.map { ["Retry-After": String($0)] } ?? [:],
+                body: Data((message ?? "").utf8))
+            return .response(response, compressed: false)
+        case .transportFailure(let reason):
+            return .failed(reason)
+        }
+    }
+
+    /// Builds the request for `body` (asking the header provider, gzipping
+    /// when `compress`) and sends it through `transport`.
+    func exchange(
+        through transport: any UploadTransport, url: URL, body: Data, eventCount: Int, compress: Bool
+    ) async -> Answer {
+        let (request, compressed): (UploadRequest, Bool)
+        do {
+            (request, compressed) = try await makeRequest(
+                url: url, body: body, eventCount: eventCount, compress: compress)
+        } catch {
+            return .failed("the header provider failed: \(error)")
+        }
+        do {
+            return .response(try await transport.send(request), compressed: compressed)
+        } catch {
+            return .failed(String(describing: error))
+        }
+    }
+
+    /// The request for an uncompressed `body`, built on the spot; nil when
+    /// the header provider must be asked first.
+    func immediateRequest(url: URL, body: Data, eventCount: Int) -> UploadRequest? {
+        guard options.headerProvider == nil else { return nil }
+        return UploadRequest(
+            url: url, headers: fixedHeaders, body: body, eventCount: eventCount, timeout: requestTimeout,
+            allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
+            allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
+    }
+
+    /// A callback transport's result as an answer to an uncompressed request.
+    static func answer(_ result: Result<UploadResponse, any Error>) -> Answer {
+        switch result {
+        case .success(let response): return .response(response, compressed: false)
+        case .failure(let error): return .failed(String(describing: error))
+        }
+    }
+
+    /// The request for `body`, and whether it went out gzipped.
+    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> (UploadRequest, Bool) {
+        var headers = fixedHeaders
+        if let provider = options.headerProvider {
+            Self.merge(try await provider(), into: &headers)
+            Self.removeSpoolsOwn(from: &headers)
+        }
+        var sent = body
+        // A body zlib cannot compress (out of memory) goes as it is.
+        let gzipped = compress ? Gzip.compress(body) : nil
+        if let gzipped {
+            sent = gzipped
+            headers["Content-Encoding"] = "gzip"
+        }
+        let request = UploadRequest(
+            url: url, headers: headers, body: sent, eventCount: eventCount, timeout: requestTimeout,
+            allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
+            allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
+        return (request, gzipped != nil)
+    }
+
+    /// `Content-Encoding` and `Content-Length` must match the body: they are
+    /// Spool's (and the transport's), never the format's or the user's.
+    private static func removeSpoolsOwn(from headers: inout [String: String]) {
+        HTTPHeaders.set("Content-Encoding", nil, in: &headers)
+        HTTPHeaders.set("Content-Length", nil, in: &headers)
+    }
+
+    private static func merge(_ layer: [String: String], into headers: inout [String: String]) {
+        for (name, value) in layer { HTTPHeaders.set(name, value, in: &headers) }
+    }
+}
