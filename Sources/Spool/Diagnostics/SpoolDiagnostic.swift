@@ -57,8 +57,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// The collector refused these events for good; they are in `dead_letters`.
         case eventsDeadLettered
         /// The database file could not give space back after the queue
-        /// drained (another process reading it, an I/O error); it stays
-        /// larger until the next drain.
+        /// drained (an I/O error); it stays larger until the next drain.
+        /// Another process reading the file is no failure: Spool tries again
+        /// a few seconds later.
         case fileNotShrunk
         /// The database files' data-protection class or backup exclusion
         /// could not be set (Apple platforms); they keep the app's defaults.
