@@ -468,6 +468,11 @@ public final class EventEngine: Sendable {
     /// survey history (``withdrawConsent(erasingData:)`` can erase them, and
     /// returns once the queue is discarded); uploads wait until the discard
     /// is saved.
+    ///
+    /// The discard reaches as far as the last event this engine appended. Before
+    /// ``start()``, or on an engine started with consent withdrawn that has
+    /// recorded nothing since, it leaves what an earlier process queued, which
+    /// is uploaded if consent returns; ``eraseAllData()`` removes it.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent
