@@ -53,7 +53,8 @@ package final class EventLog: Sendable {
         /// The database refused one row (a constraint, a value too big): it
         /// will never be stored.
         case rowRejected(SQLiteError)
-        /// An append was refused: the buffer is at its bound while commits fail.
+        /// An append was refused: the buffer is at its bound while commits
+        /// fail, or the writer made no room within ``maximumWaitForRoom``.
         case appendRefused
         /// Giving space back after a drain failed; the file stays larger.
         case shrinkFailed(any Error)

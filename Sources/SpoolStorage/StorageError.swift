@@ -21,8 +21,9 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The commit holding the event failed (disk full, I/O error); the event
     /// is still buffered and is retried. Appending it again would store it twice.
     case notYetCommitted(SQLiteError)
-    /// An append was refused: this many events and bytes wait while commits
-    /// keep failing, the buffer's bound.
+    /// An append was refused: this many events and bytes wait for the writer
+    /// (the buffer's bound) while commits keep failing, or the writer made no
+    /// room within ``EventLog/maximumWaitForRoom``.
     case bufferFull(events: Int, bytes: Int)
 
     package var description: String {

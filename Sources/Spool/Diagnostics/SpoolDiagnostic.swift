@@ -25,8 +25,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// The database refused one event for good (a constraint, a value too
         /// big); the events around it were committed.
         case eventRejected
-        /// `record` refused an event: the buffer was at its bound while
-        /// commits were failing.
+        /// `record` refused an event (``SpoolError/bufferFull(events:bytes:)``):
+        /// the write buffer was at its bound while commits were failing, or
+        /// the writer made no room within 2 seconds.
         case recordRefused
         /// `close()` could not commit these events; they are lost when the
         /// process ends.
@@ -35,7 +36,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// it receives these events again (at least once).
         case positionSaveFailed
         /// A durable listener could not be attached or read its backlog; it is
-        /// tried again on the next event (or the next time it is added).
+        /// tried again on the next event (or the next time it is added). Also
+        /// reported when its lease could not be renewed, released or
+        /// forgotten (a lease left behind expires by itself).
         case durableListenerStalled
         /// Another process holds this durable listener id; this process
         /// delivers nothing to it until that process lets go.
@@ -48,12 +51,15 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// Old history rows could not be pruned; the history keeps them.
         case historyPruneFailed
         /// An upload attempt failed; the events stay queued and are retried.
+        /// Also reported while the upload queue cannot be discarded after
+        /// consent was withdrawn (uploads wait until it is).
         case uploadFailed
         /// The collector refused these events for good; they are in `dead_letters`.
         case eventsDeadLettered
         /// The database file could not give space back after the queue
-        /// drained (another process reading it, an I/O error); it stays
-        /// larger until the next drain.
+        /// drained (an I/O error); it stays larger until the next drain.
+        /// Another process reading the file is no failure: Spool tries again
+        /// a few seconds later.
         case fileNotShrunk
         /// The database files' data-protection class or backup exclusion
         /// could not be set (Apple platforms); they keep the app's defaults.

@@ -3,8 +3,13 @@ import SpoolStorage
 
 /// Where an engine's database lives.
 public enum DatabaseLocation: Sendable, Hashable {
-    /// A file on disk (created with mode 0600 if missing). The `-wal` and
-    /// `-shm` files SQLite keeps beside it share its directory.
+    /// A file on disk, created if missing; its directory must exist.
+    ///
+    /// The file and the `-wal` and `-shm` files SQLite keeps beside it are
+    /// readable and writable by their owner only (mode 0600: an existing file
+    /// is tightened when opened). A new file uses 16 KiB pages and
+    /// incremental auto-vacuum, so it can give space back after the queue
+    /// drains.
     case file(URL)
     /// A private in-memory database: nothing survives `close()`.
     case inMemory

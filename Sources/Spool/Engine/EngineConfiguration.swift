@@ -45,6 +45,9 @@ public struct EngineConfiguration: Sendable {
     /// The user's data-collection consent at launch. While false, nothing is
     /// recorded, delivered or uploaded; change it with
     /// ``EventEngine/setConsent(_:)``. Default true.
+    ///
+    /// Spool does not remember consent across launches: store the user's
+    /// choice yourself and pass it here every time.
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
     /// (durable listeners, the uploader). Past it the oldest give way and are

@@ -19,6 +19,11 @@ extension EventEngine {
     /// uploaded after this returns. Durable listeners resume with the events
     /// recorded after it; they are not told of the erased ones as drops.
     ///
+    /// While the disk is full, events whose commit failed stay buffered in
+    /// memory and are not erased: they are committed when space returns.
+    /// Call this again once commits succeed
+    /// (``SpoolDiagnostic/Kind/commitRecovered``).
+    ///
     /// Use it for an account deletion or an erasure request (GDPR, CCPA).
     ///
     /// - Throws: ``SpoolError/notStarted`` before `start()`; a ``SQLiteError``

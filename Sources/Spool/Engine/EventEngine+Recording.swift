@@ -9,14 +9,21 @@ extension EventEngine {
     /// group-commit buffer and this returns. Listeners get it on the delivery
     /// queue after its commit.
     ///
+    /// The buffer is bounded (``EngineConfiguration/writeBuffer``). When it is
+    /// full, `record` first waits for the writer to take it — normally a few
+    /// milliseconds, the time of one group commit — and never drops an event
+    /// already accepted to make room. Code running on Spool's database queue
+    /// (a custom dispatcher's callback) never waits.
+    ///
     /// - Returns: what happened to it: recorded, queued until a session
     ///   starts, or dropped by a gate (consent, enabled, session limit). A
     ///   gated event is never stored, delivered or uploaded.
     /// - Throws: ``SpoolError/invalidEvent(_:)`` for a bad name or parameters
     ///   (nothing else is affected); ``SpoolError/bufferFull(events:bytes:)``
-    ///   when commits keep failing and the buffer is at its bound;
-    ///   ``SpoolError/closed`` after `close()`. A thrown event was not
-    ///   accepted: it will never be stored.
+    ///   when the buffer is full and commits keep failing (a full disk), or
+    ///   the writer made no room within 2 seconds (another process holding
+    ///   the file's write lock); ``SpoolError/closed`` after `close()`. A
+    ///   thrown event was not accepted: it will never be stored.
     @discardableResult
     public func record(_ name: String, parameters: [String: EventValue] = [:]) throws -> RecordOutcome {
         try accept(name, parameters: parameters, settle: nil).outcome
@@ -27,7 +34,9 @@ extension EventEngine {
     ///
     /// An event recorded before a session starts returns when the session
     /// starts and its commit lands; if consent is withdrawn meanwhile it
-    /// returns ``RecordOutcome/droppedOptedOut``.
+    /// returns ``RecordOutcome/droppedOptedOut``, and if newer events push it
+    /// out of the bounded waiting queue,
+    /// ``RecordOutcome/droppedWhileWaitingForSession``.
     ///
     /// - Returns: ``RecordOutcome/recorded(id:)`` once committed, or the
     ///   gate that dropped the event (never stored).
@@ -36,8 +45,11 @@ extension EventEngine {
     ///   commits it when the database accepts writes again, so do **not**
     ///   record it again. Any other error means the event will never be
     ///   stored: ``SpoolError/invalidEvent(_:)``,
-    ///   ``SpoolError/bufferFull(events:bytes:)``, ``SpoolError/closed``, or a
-    ///   ``SQLiteError`` when the database refused that one row.
+    ///   ``SpoolError/bufferFull(events:bytes:)``, ``SpoolError/closed``
+    ///   (also when the engine closed before a waiting event could be
+    ///   stored), ``SpoolError/erased`` (it waited for a session when
+    ///   ``eraseAllData()`` ran), or a ``SQLiteError`` when the database
+    ///   refused that one row.
     @discardableResult
     public func recordDurably(_ name: String, parameters: [String: EventValue] = [:]) async throws -> RecordOutcome {
         let waiter = Promise<WaitingOutcome>()

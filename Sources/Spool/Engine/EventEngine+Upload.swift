@@ -4,8 +4,14 @@ import SpoolStorage
 extension EventEngine {
     /// Uploads everything queued now, ignoring any backoff wait, and returns
     /// when it is uploaded (or dead-lettered). While the user has opted out or
-    /// the engine is disabled nothing is uploaded, and this returns at once;
-    /// the events wait for consent to return.
+    /// the engine is disabled nothing is uploaded, and this returns at once.
+    /// Events stored while recording was disabled wait for it to be enabled
+    /// again; events recorded before consent was withdrawn are never uploaded
+    /// (withdrawing consent discards the upload queue).
+    ///
+    /// In the background, while the database is suspended, the upload runs in
+    /// a background window the OS grants, and the database is suspended again
+    /// after it.
     ///
     /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
     ///   take it all (the rest stays queued and is retried with backoff);

@@ -14,8 +14,9 @@ import SpoolStorage
 ///
 /// `record` may be called from any thread. It validates and encodes the
 /// parameters on the caller's thread, applies the gates (consent, enabled,
-/// session limit), and appends to the group-commit buffer; everything else
-/// happens on Spool's own queues.
+/// session limit), and appends to the bounded group-commit buffer (when it
+/// is full, it waits for the writer first: see ``WriteBufferLimit``);
+/// everything else happens on Spool's own queues.
 ///
 /// Every callback Spool makes — listeners, `on(_:_:)` registrations, streams,
 /// survey triggers, diagnostics — runs on one internal serial delivery queue,
@@ -152,6 +153,12 @@ public final class EventEngine: Sendable {
     /// `session_start`), delivers the events recorded before it, and fires
     /// `.ready`.
     ///
+    /// It checks the linked SQLite before touching any file, gives the
+    /// database files their data-protection class and backup exclusion
+    /// (Apple platforms: ``EngineConfiguration/fileProtection``,
+    /// ``EngineConfiguration/excludesFromBackup``), and starts following the
+    /// app's lifecycle (see ``applicationDidEnterBackground()``).
+    ///
     /// The file work runs off the caller's executor, so calling this from the
     /// main actor does not block it. When it returns, `session_start` and the
     /// events recorded before it are committed and delivered, and every
@@ -164,7 +171,9 @@ public final class EventEngine: Sendable {
     ///   ``SpoolError/notADatabase(path:)``,
     ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``…); the engine
     ///   can then be started again, and the events recorded meanwhile are
-    ///   kept. ``SpoolError/invalidConfiguration(_:)`` when called twice;
+    ///   kept. ``SpoolError/unsupportedSQLite(version:reason:)`` when the
+    ///   SQLite library the app links is too old or lacks the JSON functions
+    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
     ///   ``SpoolError/closed`` after ``close()``.
     public func start() async throws {
         try state.withLock { state in
@@ -461,6 +470,11 @@ public final class EventEngine: Sendable {
     /// survey history (``withdrawConsent(erasingData:)`` can erase them, and
     /// returns once the queue is discarded); uploads wait until the discard
     /// is saved.
+    ///
+    /// The discard reaches as far as the last event this engine appended. Before
+    /// ``start()``, or on an engine started with consent withdrawn that has
+    /// recorded nothing since, it leaves what an earlier process queued, which
+    /// is uploaded if consent returns; ``eraseAllData()`` removes it.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent

@@ -20,8 +20,11 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// only with another library.
     case unsupportedSQLite(version: String, reason: String)
     /// The database is suspended while the app is in the background (so
-    /// iOS can suspend the app without a lock on the file); the work was not
-    /// done and runs again when the app returns to the foreground.
+    /// iOS can suspend the app without a lock on the file), and the call
+    /// could not wait for it (for example ``EventEngine/uploadStatistics()``
+    /// in the background). Nothing was done; call again once the app is
+    /// active. Recording, `recordDurably` and `flush()` do not fail this way:
+    /// their work runs in a short background window instead.
     case suspended
     /// The engine or database was closed.
     case closed

@@ -3,16 +3,33 @@ import SpoolStorage
 /// How much may wait in memory for the writer: accepted events that are not
 /// committed yet.
 ///
-/// While commits succeed the writer drains the buffer in group commits. While
-/// they keep failing (a full disk), events stay buffered for the next attempt
-/// and, past this bound, `record` refuses new ones with
-/// ``SpoolError/bufferFull(events:bytes:)`` — the events already accepted are
-/// never dropped to make room.
+/// Only the writer makes the buffer smaller (it takes the whole buffer at the
+/// start of each group commit), so what a burst of `record` calls can hold is
+/// bounded here. At the bound:
+///
+/// - while commits succeed, `record` waits for the writer to take the buffer
+///   — normally a few milliseconds, the time of one group commit — and no
+///   event is lost;
+/// - while commits keep failing (a full disk), or when the writer makes no
+///   room within 2 seconds (another process holding the file's write lock),
+///   `record` refuses the new event with
+///   ``SpoolError/bufferFull(events:bytes:)`` instead of growing memory. The
+///   events already accepted are never dropped to make room.
+///
+/// Code running on Spool's database queue (a custom dispatcher's callback)
+/// never waits: while commits succeed, its events are buffered past the
+/// bound.
+///
+/// ```swift
+/// var configuration = EngineConfiguration(database: .file(url))
+/// // An app extension with little memory: a smaller bound.
+/// configuration.writeBuffer = WriteBufferLimit(maximumEvents: 1_024, maximumBytes: 256 << 10)
+/// ```
 public struct WriteBufferLimit: Sendable, Hashable {
     /// The most events buffered.
     public var maximumEvents: Int
     /// The most bytes buffered, counting each event's name and encoded
-    /// parameters.
+    /// parameters plus about 100 bytes per event for its place in the buffer.
     public var maximumBytes: Int
 
     /// 8,192 events or 2 MiB, whichever comes first: two commit groups, so

@@ -1,5 +1,6 @@
-/// Reads stored parameter JSON back into ``EventValue``s: for durable
-/// listeners catching up after a restart, and for tests.
+/// Reads stored parameter JSON back into ``EventValue``s: what every
+/// listener, registration, stream and survey trigger receives (the write
+/// buffer keeps only the JSON), durable listeners catching up, and tests.
 ///
 /// Numbers with a fraction or exponent read as `.double`, others as `.int`
 /// (as ``EventEncoder`` writes them); dates were stored as strings and read

@@ -11,7 +11,8 @@ protocol DeliveryFollower: Sendable {
 }
 
 /// The one internal serial queue every listener, registration and stream is
-/// called on, in log order, after the event's commit.
+/// called on, in log order, after the event's commit; survey triggers and
+/// the diagnostics handler and streams run on it too.
 ///
 /// Events reach it from the event log's commit handler in commit groups. A
 /// listener that records an event from inside its callback only appends to

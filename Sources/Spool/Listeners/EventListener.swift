@@ -34,7 +34,8 @@ public protocol EventListener: AnyObject, Sendable {
     ///
     /// - Parameters:
     ///   - name: the name the event was recorded with.
-    ///   - parameters: its parameters, dates as ISO 8601 strings.
+    ///   - parameters: its parameters, read back from the JSON that was
+    ///     stored: what was recorded, with dates as ISO 8601 strings.
     ///   - timestamp: when `record` accepted it, in seconds since 1970.
     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval)
 }

@@ -86,6 +86,15 @@ public final class EventObservers: Sendable {
     /// The listener is held weakly, like ``addObserver(_:)``; while it is gone
     /// its position stays put.
     ///
+    /// When several processes share the database (an app and its
+    /// extensions), an id belongs to one process at a time: the one that
+    /// added it first delivers every event in the log to it, whichever
+    /// process recorded the event. Another process adding the same id
+    /// delivers nothing to it and reports a
+    /// ``SpoolDiagnostic/Kind/durableListenerHeldElsewhere`` diagnostic, until
+    /// the holder removes it, closes or dies; then it takes over from the
+    /// saved position.
+    ///
     /// - Parameters:
     ///   - listener: the object to call, on the delivery queue.
     ///   - id: a stable name, unique among durable listeners (`crm`, `warehouse`).

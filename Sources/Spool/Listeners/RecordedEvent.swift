@@ -12,7 +12,8 @@ public struct RecordedEvent: Sendable, Hashable {
     public let seq: Int64
     /// The name the event was recorded with (`ready` for `.ready`).
     public let name: String
-    /// The parameters, dates as ISO 8601 strings.
+    /// The parameters, read back from the JSON that was stored: what was
+    /// recorded, with dates as ISO 8601 strings.
     public let parameters: [String: EventValue]
     /// When `record` accepted the event, in seconds since 1970.
     public let timestamp: TimeInterval

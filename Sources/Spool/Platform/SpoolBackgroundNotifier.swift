@@ -32,13 +32,15 @@ public enum SpoolBackgroundNotifier {
         engines.withLock { $0.compactMap(\.object) }
     }
 
-    /// The app moved to the background: every engine uploads what is queued,
-    /// as ``EventEngine/applicationDidEnterBackground()`` does.
+    /// The app moved to the background: every engine uploads what is queued
+    /// and then stops touching its database file, as
+    /// ``EventEngine/applicationDidEnterBackground()`` does.
     public static func applicationDidEnterBackground() {
         for engine in live { engine.applicationDidEnterBackground() }
     }
 
-    /// The app is active again: every engine uploads what is due, as
+    /// The app is active again: every engine touches its database file
+    /// again and uploads what is due, as
     /// ``EventEngine/applicationDidBecomeActive()`` does.
     public static func applicationDidBecomeActive() {
         for engine in live { engine.applicationDidBecomeActive() }

@@ -4,7 +4,8 @@ import Foundation
 /// seconds (or ever)."
 ///
 /// Counted over the user's persisted event history, which survives restarts
-/// and upload (kept for ``EngineConfiguration/historyRetention``). Survey
+/// and upload (kept for ``EngineConfiguration/historyRetention``, at most
+/// ``EngineConfiguration/maximumHistoryRows`` rows). Survey
 /// lifecycle events count like any other event; `flush_event` is never in
 /// the history.
 ///
