@@ -42,6 +42,10 @@ package final class EventLog: Sendable {
             self.events = max(1, events)
             self.bytes = max(1, bytes)
         }
+
+        /// Two commit groups (8,192 events) or 2 MiB: the writer never
+        /// waits for work, and a burst of any size holds a few megabytes.
+        package static let standard = Limits(events: 8_192, bytes: 2 << 20)
     }
 
     /// What the log could not tell a caller directly.
@@ -108,13 +112,13 @@ package final class EventLog: Sendable {
         var positionWaiters: [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] = []
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
-        var rejected: [UInt64: SQLiteError] = [:]
+        var rejected: [UInt64: any Error] = [:]
     }
 
     package let database: DatabaseQueue
     let state: Protected<State>
 
-    package init(database: DatabaseQueue, limits: Limits = Limits(events: 50_000, bytes: 16 << 20)) {
+    package init(database: DatabaseQueue, limits: Limits = .standard) {
         self.database = database
         state = Protected(State(limits: limits))
     }
@@ -182,7 +186,10 @@ package final class EventLog: Sendable {
     /// - Throws: ``StorageError/closed`` after ``close()``;
     ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
     ///   bound and commits are failing.
-    package func tryAppend(_ record: EventRecord) throws -> AppendReceipt? {
+    /// - Parameter overBound: accept it past the bound instead (for a few
+    ///   events appended under a lock: `session_start` and the events that
+    ///   waited for it); still refused while commits fail.
+    package func tryAppend(_ record: EventRecord, overBound: Bool = false) throws -> AppendReceipt? {
         let bytes = record.bufferedBytes
         enum Outcome {
             case taken(Pending, wake: Bool)
@@ -197,7 +204,7 @@ package final class EventLog: Sendable {
                 }
                 // The writer runs on the database queue: code there (a custom
                 // dispatcher recording from its callback) cannot wait for it.
-                if !database.isCurrent { return .noRoom }
+                if !overBound && !database.isCurrent { return .noRoom }
             }
             let pending = Pending(
                 ticket: state.nextTicket, random: (state.random.next(), state.random.next()), record: record)
@@ -217,6 +224,20 @@ package final class EventLog: Sendable {
             handler?(.appendRefused)
             throw StorageError.bufferFull(events: events, bytes: bytes)
         }
+    }
+
+    /// Buffers one event even past the bound, never waiting: for the few
+    /// events appended under a lock (`session_start` and the events that
+    /// waited for it). Still refused while commits fail.
+    ///
+    /// - Throws: as ``tryAppend(_:overBound:)``.
+    @discardableResult
+    package func appendPastBound(_ record: EventRecord) throws -> AppendReceipt {
+        // `overBound` never answers "wait for room", so nil cannot come back.
+        guard let receipt = try tryAppend(record, overBound: true) else {
+            throw StorageError.bufferFull(events: bufferedCount, bytes: bufferedBytes)
+        }
+        return receipt
     }
 
     /// Waits until the buffer is below its bound, at most
@@ -305,6 +326,30 @@ package final class EventLog: Sendable {
 
     /// Bytes (parameter JSON and names) accepted but not yet committed.
     package var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
+
+    /// Drops every buffered (uncommitted) event: their waiters get `reason`.
+    /// For erasure on a full disk, where they must never reach the file.
+    package func discardBuffered(because reason: any Error) {
+        let (waiters, positions) = state.withLock { state in
+            let last = state.buffer.last?.ticket ?? state.durableThrough
+            state.buffer.removeAll()
+            state.bufferedBytes = 0
+            // Later waits for these tickets get `reason` too, not success.
+            for ticket in (state.durableThrough + 1)..<(last + 1) where state.rejected[ticket] == nil {
+                state.rejected[ticket] = reason
+            }
+            state.durableThrough = max(state.durableThrough, last)
+            defer {
+                state.waiters.removeAll { $0.ticket <= last }
+                state.positionWaiters.removeAll { $0.ticket <= last }
+            }
+            return (state.waiters.filter { $0.ticket <= last }, state.positionWaiters.filter { $0.ticket <= last })
+        }
+        state.broadcast()
+        for waiter in waiters { waiter.continuation.resume(throwing: reason) }
+        let head = state.withLock { $0.lastCommittedHead }
+        for waiter in positions { waiter.completion(.success(head)) }
+    }
 
     // MARK: - Closing
 

@@ -16,6 +16,8 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The database is suspended (the app is in the background); the work
     /// was not done.
     case suspended
+    /// The event was erased before it could be committed.
+    case erased
     /// The log or database was closed.
     case closed
     /// The commit holding the event failed (disk full, I/O error); the event
@@ -36,6 +38,7 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
         case .unsupportedSQLite(let version, let reason): return "SQLite \(version) is not supported: \(reason)"
         case .suspended: return "suspended"
+        case .erased: return "erased"
         case .closed: return "closed"
         case .notYetCommitted(let error): return "not committed yet (\(error)); still buffered"
         case .bufferFull(let events, let bytes): return "buffer full: \(events) events, \(bytes) bytes"

@@ -136,7 +136,8 @@ struct EventLogTests {
     @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)
-        let log = EventLog(database: database)
+        // Room for all 50 events of 100 KB while commits fail.
+        let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
         try await log.appendDurably(5)
         // A real SQLITE_FULL: cap the file at its current size.
         try database.sync { connection in
@@ -164,6 +165,42 @@ struct EventLogTests {
         try await log.waitUntilDurable(receipts[receipts.count - 1])
         let events = try await log.readEvents(after: 5, limit: 100)
         #expect(events.map(\.id) == receipts.map(\.id))
+        await log.close()
+        database.close()
+    }
+
+    @Test func discardingTheBufferOnAFullDiskFailsItsWaitersAndNothingReachesTheFile() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        let log = EventLog(database: database)
+        try await log.appendDurably(3)
+        try database.sync { connection in
+            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            _ = try connection.scalarInt("PRAGMA max_page_count = \(try connection.scalarInt("PRAGMA page_count"))")
+        }
+        let pad = String(repeating: "x", count: 50_000)
+        var receipts: [AppendReceipt] = []
+        for index in 0..<10 {
+            receipts.append(
+                try log.append(
+                    EventRecord(name: "erased", parametersJSON: #"{"i":\#(index),"pad":"\#(pad)"}"#, recordedAt: 1)))
+        }
+        await #expect(throws: (any Error).self) { try await log.waitUntilAllDurable() }
+        #expect(log.bufferedCount == 10)
+        log.discardBuffered(because: StorageError.erased)
+        #expect(log.bufferedCount == 0)
+        #expect(log.bufferedBytes == 0)
+        // Every wait for a discarded event, early or late, says it was erased.
+        for receipt in [receipts[0], receipts[9]] {
+            await #expect(throws: StorageError.erased) { try await log.waitUntilDurable(receipt) }
+        }
+        // Space comes back: nothing discarded is committed, and the log goes on.
+        try database.sync { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        let after = try log.append(EventRecord(name: "after", parametersJSON: "{}", recordedAt: 2))
+        try await log.waitUntilDurable(after)
+        let names = try await log.readEvents(after: 0, limit: 100).map(\.name)
+        #expect(!names.contains("erased"))
+        #expect(names.last == "after")
         await log.close()
         database.close()
     }

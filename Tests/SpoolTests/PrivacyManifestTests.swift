@@ -21,7 +21,10 @@ struct PrivacyManifestTests {
                 #"\battributesOfItem\b"#, #"\b(f|l)?stat(at)?\s*\("#, #"\bf?getattrlist(bulk|at)?\s*\("#,
             ]
         ),
-        ("NSPrivacyAccessedAPICategorySystemBootTime", [#"\bsystemUptime\b"#, #"\bmach_absolute_time\b"#, #"\buptimeNanoseconds\b"#]),
+        (
+            "NSPrivacyAccessedAPICategorySystemBootTime",
+            [#"\bsystemUptime\b"#, #"\bmach_absolute_time\b"#, #"\buptimeNanoseconds\b"#]
+        ),
         (
             "NSPrivacyAccessedAPICategoryDiskSpace",
             [

@@ -108,6 +108,42 @@ struct PrivacyTests {
         #expect(uploaded.contains("after_consent_returned"))
     }
 
+    @Test(
+        "setConsent(false) before start() discards the queue an earlier process left; starting with consent false keeps it",
+        .needsChildProcesses
+    )
+    func withdrawalBeforeStartDiscardsTheEarlierQueue() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 503])
+        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        try await first.start()
+        for index in 0..<20 { try first.record("queued_earlier", parameters: ["i": .int(index)]) }
+        try await first.settle()
+        await first.close()
+        try await collector.control(["mode": "ok"])
+
+        // Consent not granted yet at launch (configuration): the queue stays.
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        configuration.consent = false
+        let undecided = EventEngine(configuration: configuration)
+        try await undecided.start()
+        #expect(try await undecided.uploadStatistics().pending >= 20)
+        await undecided.close()
+
+        // An explicit withdrawal before start: discarded when start opens it.
+        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        second.setConsent(false)
+        second.setConsent(true)
+        try await second.start()
+        try second.record("after_consent_returned")
+        try await second.flush()
+        await second.close()
+        let uploaded = collector.requests().filter { $0.status == 200 }.flatMap(\.eventNames)
+        #expect(!uploaded.contains("queued_earlier"), "\(uploaded)")
+        #expect(uploaded.contains("after_consent_returned"))
+    }
+
     @Test("withdrawConsent(erasingData: true) erases what is on disk; the default keeps the history")
     func withdrawingConsentCanErase() async throws {
         let directory = TemporaryDirectory()

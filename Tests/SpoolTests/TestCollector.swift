@@ -167,13 +167,27 @@ func uploadingEngine(
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect"
 ) -> EventEngine {
+    EventEngine(
+        configuration: uploadingConfiguration(
+            directory, collector: collector, batchSize: batchSize, timerInterval: timerInterval,
+            maxQueueSize: maxQueueSize, requestTimeout: requestTimeout, retry: retry, format: format, request: request,
+            path: path))
+}
+
+/// The configuration ``uploadingEngine`` starts from, to change before use.
+func uploadingConfiguration(
+    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
+    path: String = "/collect"
+) -> EngineConfiguration {
     let dispatcher = DefaultEventDispatcher(
         batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout,
         format: format, request: request)
     let url = URL(string: "http://127.0.0.1:\(collector.port)\(path)")!
     var configuration = EngineConfiguration.uploading(to: url, dispatcher: dispatcher, in: directory.url)
     configuration.retryPolicy = retry
-    return EventEngine(configuration: configuration)
+    return configuration
 }
 
 /// Reads until the first newline or `timeout`, retrying on EINTR (Foundation's

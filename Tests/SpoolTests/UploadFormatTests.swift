@@ -6,7 +6,9 @@ import Testing
 
 /// Each batch format against the real collector process, told to validate
 /// that format and to answer as that collector does.
-@Suite(.timeLimit(.minutes(2)))
+///
+/// Bounded by the collector's waits and each request's timeout (Swift Testing's
+/// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
 struct UploadFormatTests {
     /// Records `count` events and returns their ids in record order.
     func record(_ engine: EventEngine, _ count: Int, prefix: String = "e") throws -> [String] {

@@ -11,7 +11,9 @@ import Testing
 /// How requests are made: headers and their layers, a header provider per
 /// request, gzip and the fallback when a collector refuses it, the size bound
 /// before compression, and a custom transport.
-@Suite(.timeLimit(.minutes(2)))
+///
+/// Bounded by the collector's waits and each request's timeout (Swift Testing's
+/// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
 struct UploadRequestTests {
     func record(_ engine: EventEngine, _ count: Int, prefix: String = "e") throws -> [String] {
         try (0..<count).compactMap { index in

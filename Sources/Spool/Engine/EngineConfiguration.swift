@@ -47,7 +47,10 @@ public struct EngineConfiguration: Sendable {
     /// ``EventEngine/setConsent(_:)``. Default true.
     ///
     /// Spool does not remember consent across launches: store the user's
-    /// choice yourself and pass it here every time.
+    /// choice yourself and pass it here every time. False here means "not
+    /// granted yet": what an earlier launch queued stays queued. To withdraw
+    /// (nothing recorded before is uploaded, ever), call
+    /// ``EventEngine/setConsent(_:)`` with false, before or after `start()`.
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
     /// (durable listeners, the uploader). Past it the oldest give way and are

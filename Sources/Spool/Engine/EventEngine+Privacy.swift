@@ -43,7 +43,8 @@ extension EventEngine {
                 try await log.waitUntilAllDurable()
             } catch StorageError.notYetCommitted {
                 // The disk is full: what cannot be committed is erased from
-                // memory instead, below, and never reaches the file.
+                // memory instead, and never reaches the file.
+                log.discardBuffered(because: StorageError.erased)
             }
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.run { connection -> Int64 in
@@ -86,14 +87,14 @@ extension EventEngine {
         }
     }
 
-    /// Moves the uploader past `position` (the last event recorded before
-    /// consent was withdrawn) once it is committed, with uploads held; tries
+    /// Moves the uploader past the position `through` returns (the last event
+    /// recorded before consent was withdrawn), with uploads held; tries
     /// again until it is saved or the engine closes, then lets uploads go on.
-    func discardUploads(through position: Promise<Result<Int64, any Error>>) async {
+    func discardUploads(through position: @Sendable () async throws -> Int64) async {
         var delay: UInt64 = 100_000_000
         while true {
             do {
-                let through = try await position.value.get()
+                let through = try await position()
                 try await quiescingUploads { try await uploaderBox.withLock { $0 }?.discard(through: through) }
                 break
             } catch {
@@ -117,9 +118,9 @@ extension EventEngine {
         do {
             try await body()
         } catch {
-            try? await uploader?.resume()  // try?: the error below is the one to report
+            await uploader?.resume()
             throw SpoolError.bridge(error)
         }
-        try await SpoolError.bridgingAsync { try await uploader?.resume() }
+        await uploader?.resume()
     }
 }

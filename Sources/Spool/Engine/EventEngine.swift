@@ -78,6 +78,9 @@ public final class EventEngine: Sendable {
 
     enum Uploads {
         case allowed
+        /// Consent was withdrawn before ``start()``: start discards the
+        /// upload queue as it found it, and holds uploads until then.
+        case withdrawnBeforeStart
         case discarding(Task<Void, Never>)
 
         static func == (lhs: Uploads, rhs: Uploads) -> Bool {
@@ -234,6 +237,13 @@ public final class EventEngine: Sendable {
             guard state.phase != .closed else { return true }
             state.log = log
             state.phase = .started
+            if case .withdrawnBeforeStart = state.uploads {
+                // Consent was withdrawn before start: what the queue held
+                // then (everything committed so far; this engine has appended
+                // nothing yet) is never uploaded.
+                state.uploads = .discarding(
+                    Task { await self.discardUploads { try await log.database.run { try $0.headPosition() } } })
+            }
             return false
         }
         if closedMeanwhile {
@@ -330,7 +340,7 @@ public final class EventEngine: Sendable {
         for var entry in waiting {
             entry.record.sessionID = nil
             do {
-                entry.settle?(.appended(try log.append(entry.record), log))
+                entry.settle?(.appended(try log.appendPastBound(entry.record), log))
             } catch {
                 entry.settle?(.failed(SpoolError.bridge(error)))
             }
@@ -412,7 +422,8 @@ public final class EventEngine: Sendable {
             var sessionStartError: (any Error)?
             if state.enabled && state.consent {
                 do {
-                    try log.append(
+                    // Under the engine's lock: never wait for room here.
+                    try log.appendPastBound(
                         EventRecord(
                             name: Self.sessionStartEventName, parametersJSON: "{}",
                             recordedAt: Date().timeIntervalSince1970,
@@ -425,7 +436,7 @@ public final class EventEngine: Sendable {
                 entry.record.sessionID = sessionID
                 let outcome: WaitingOutcome
                 do {
-                    outcome = .appended(try log.append(entry.record), log)
+                    outcome = .appended(try log.appendPastBound(entry.record), log)
                 } catch {
                     outcome = .failed(SpoolError.bridge(error))
                 }
@@ -471,16 +482,24 @@ public final class EventEngine: Sendable {
     /// returns once the queue is discarded); uploads wait until the discard
     /// is saved.
     ///
-    /// The discard reaches as far as the last event this engine appended. Before
-    /// ``start()``, or on an engine started with consent withdrawn that has
-    /// recorded nothing since, it leaves what an earlier process queued, which
-    /// is uploaded if consent returns; ``eraseAllData()`` removes it.
+    /// The discard reaches as far as the last event this engine appended;
+    /// called before ``start()``, it reaches everything an earlier process
+    /// left queued, discarded when `start()` opens the file. An engine
+    /// *configured* with ``EngineConfiguration/consent`` false ("not granted
+    /// yet") keeps that queue until consent is withdrawn by this call;
+    /// ``eraseAllData()`` removes it either way.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
             state.consent = consent
             guard !consent else { return [] }
             defer { state.waiting.removeAll() }
-            guard let log = state.log, state.uploads == .allowed else { return state.waiting }
+            guard let log = state.log else {
+                // Not started (or closed): the queue an earlier process left
+                // is discarded when start() opens it.
+                if state.phase == .idle || state.phase == .starting { state.uploads = .withdrawnBeforeStart }
+                return state.waiting
+            }
+            guard state.uploads == .allowed else { return state.waiting }
             // Which events are "before" is settled now, under this lock:
             // everything appended so far. The position arrives once they are
             // committed.
@@ -488,7 +507,7 @@ public final class EventEngine: Sendable {
             log.positionOfLastAppended(position.fulfill)
             // A task: the seed's setConsent is synchronous and the discard
             // needs the database; uploads are held until it is saved.
-            state.uploads = .discarding(Task { await self.discardUploads(through: position) })
+            state.uploads = .discarding(Task { await self.discardUploads { try await position.value.get() } })
             return state.waiting
         }
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }

@@ -34,8 +34,8 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidEvent(EventValidationError)
     /// A configuration value is out of range.
     case invalidConfiguration(String)
-    /// The event was waiting for a session when ``EventEngine/eraseAllData()``
-    /// erased everything queued; it was never stored.
+    /// ``EventEngine/eraseAllData()`` erased the event before it was stored:
+    /// it waited for a session, or for a commit on a full disk.
     case erased
     /// The commit holding this accepted event failed (the disk is full, an
     /// I/O error). The event is still buffered and Spool commits it when the
@@ -100,6 +100,7 @@ extension SpoolError {
         case .unsupportedSQLite(let version, let reason):
             return SpoolError.unsupportedSQLite(version: version, reason: reason)
         case .suspended: return SpoolError.suspended
+        case .erased: return SpoolError.erased
         case .closed: return SpoolError.closed
         case .bufferFull(let events, let bytes): return SpoolError.bufferFull(events: events, bytes: bytes)
         case .notYetCommitted(let error): return error

@@ -35,7 +35,8 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// 8,192 events or 2 MiB, whichever comes first: two commit groups, so
     /// the writer never waits for work, while a burst of any size holds a
     /// few megabytes.
-    public static let `default` = WriteBufferLimit(maximumEvents: 8_192, maximumBytes: 2 << 20)
+    public static let `default` = WriteBufferLimit(
+        maximumEvents: EventLog.Limits.standard.events, maximumBytes: EventLog.Limits.standard.bytes)
 
     /// A bound of `maximumEvents` events or `maximumBytes` bytes, whichever
     /// is reached first. Values below 1 count as 1.

@@ -31,15 +31,27 @@ import SpoolStorage
 ///   rules); the caller is never blocked, and every dropped event is counted
 ///   (``UploadStatistics/dropped`` and the `dropped` column of `consumer_lag`).
 public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
+    /// Events per request unless you pass another size: 10.
     public static let defaultBatchSize = 10
+    /// Seconds between timer-driven uploads unless you pass another: 60.
     public static let defaultTimerInterval: TimeInterval = 60
+    /// Events the queue keeps for upload unless you pass another: 10,000.
     public static let defaultMaxQueueSize = 10_000
+    /// The database file's name unless you pass another: `OPTEventQueue`
+    /// (`OPTEventQueue.sqlite`).
     public static let defaultDataStoreName = "OPTEventQueue"
 
+    /// The most events in one request (a format's own limit may lower it).
     public let batchSize: Int
+    /// Where the queue is kept: a file (the default) or memory.
     public let backingStore: DataStoreType
+    /// The database file's name, without `.sqlite`.
     public let dataStoreName: String
+    /// Seconds between timer-driven uploads; 0 uploads as soon as events
+    /// are committed.
     public let timerInterval: TimeInterval
+    /// The most events kept for upload; past it the oldest give way, counted
+    /// in ``UploadStatistics/dropped``.
     public let maxQueueSize: Int
     /// Seconds before a request with no answer counts as failed.
     public let requestTimeout: TimeInterval
@@ -55,6 +67,17 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends with Spool's URLSession-based transport.
     ///
     /// - Parameters:
+    ///   - batchSize: the most events in one request; 0 or less uses
+    ///     ``defaultBatchSize``.
+    ///   - backingStore: where the queue is kept (``DataStoreType``).
+    ///   - dataStoreName: the database file's name, without `.sqlite`; empty
+    ///     uses ``defaultDataStoreName``.
+    ///   - timerInterval: seconds between timer-driven uploads; 0 uploads as
+    ///     soon as events are committed; negative uses the default.
+    ///   - maxQueueSize: the most events kept for upload; below 100 uses the
+    ///     default, below `batchSize` is raised to it.
+    ///   - requestTimeout: seconds before a request with no answer counts as
+    ///     failed (its events are retried).
     ///   - format: the collector's batch format: ``SpoolBatchFormat`` (the
     ///     default), ``SegmentBatchFormat``, ``KafkaRESTBatchFormat`` or yours.
     ///   - request: headers, a header provider, compression, networks.

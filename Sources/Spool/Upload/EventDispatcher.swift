@@ -41,6 +41,9 @@ public typealias DispatchCompletionHandler = @Sendable (DispatchOutcome) -> Void
 /// - `flushEvents()` asks for queued events to go out now. Spool's engine
 ///   calls it as a signal only; a dispatcher without its own queue can ignore it.
 public protocol EventDispatcher: Sendable {
+    /// Sends `event` and calls `completionHandler` exactly once with the
+    /// outcome (see the requirements above).
     func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?)
+    /// Asks for queued events to go out now; a signal only.
     func flushEvents()
 }

@@ -9,6 +9,7 @@ public struct EventForDispatch: Sendable, Hashable {
     /// How many events the body carries (a batch built by Spool), for logs.
     public let eventCount: Int
 
+    /// A request to POST `body` to `url`, carrying `eventCount` events.
     public init(url: URL, body: Data, eventCount: Int = 1) {
         self.url = url
         self.body = body

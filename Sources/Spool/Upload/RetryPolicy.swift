@@ -9,14 +9,19 @@ import SpoolStorage
 /// step. A `Retry-After` from a 429 or 503 replaces the computed delay (capped
 /// at `maximumRetryAfter`).
 public struct RetryPolicy: Sendable, Hashable {
+    /// Seconds before the first retry. Default 1.
     public var initialDelay: TimeInterval
+    /// The longest computed delay, in seconds. Default 300.
     public var maximumDelay: TimeInterval
+    /// How much each delay grows over the previous one. Default 2.
     public var multiplier: Double
     /// The random factor range applied to each delay.
     public var jitter: ClosedRange<Double>
     /// The longest `Retry-After` Spool honours.
     public var maximumRetryAfter: TimeInterval
 
+    /// A policy; negative values count as 0, a `maximumDelay` below
+    /// `initialDelay` as `initialDelay`, a `multiplier` below 1 as 1.
     public init(
         initialDelay: TimeInterval = 1, maximumDelay: TimeInterval = 300, multiplier: Double = 2,
         jitter: ClosedRange<Double> = 0.5...1.0, maximumRetryAfter: TimeInterval = 3_600

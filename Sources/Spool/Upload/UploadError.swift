@@ -4,6 +4,7 @@ public enum UploadError: Error, Sendable, Hashable, CustomStringConvertible {
     /// the events stay queued and are retried with backoff.
     case retryable(String)
 
+    /// The reason, for logs.
     public var description: String {
         switch self {
         case .retryable(let reason): return "Upload failed, events kept for a retry: \(reason)"

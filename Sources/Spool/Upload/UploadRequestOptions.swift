@@ -40,6 +40,8 @@ public struct UploadRequestOptions: Sendable {
     /// platforms only, as ``allowsExpensiveNetworkAccess``.
     public var allowsConstrainedNetworkAccess: Bool
 
+    /// Options for every request; the defaults send Spool's headers only,
+    /// gzip as the format prefers, on any network.
     public init(
         headers: [String: String] = [:], headerProvider: (@Sendable () async throws -> [String: String])? = nil,
         compression: UploadCompression = .automatic, allowsExpensiveNetworkAccess: Bool = true,

@@ -10,8 +10,10 @@ public struct UploadStatistics: Sendable, Hashable {
     public var deadLettered: Int
     /// Events the collector accepted (this process).
     public var uploaded: Int
-    /// Requests sent (this process), and how many of them failed.
+    /// Requests sent (this process).
     public var requests: Int
+    /// Requests that failed (this process): no answer, a status that was
+    /// not 2xx, or a 2xx that refused some of its events.
     public var failedRequests: Int
     /// The last failure, if the last attempt failed.
     public var lastFailure: String?

@@ -257,18 +257,12 @@ actor Uploader {
         await withCheckedContinuation { stopped.append($0) }
     }
 
-    /// Ends one ``pause()``, with the position read again from the database
-    /// (erasure moved it) and what was requested meanwhile started.
-    func resume() throws {
+    /// Ends one ``pause()`` and starts what was requested meanwhile.
+    func resume() {
         pauses = max(0, pauses - 1)
         guard pauses == 0 else { return }
-        let (position, head) = try log.database.onQueue { connection in
-            (try connection.position(of: Self.consumerID) ?? 0, try connection.headPosition())
-        }
-        signals.withLock { signals in
-            signals.position = position
-            signals.head = head
-        }
+        // Positions are read again by the next pass (erasure moved them): no
+        // database access here, which may be suspended by now.
         if triggeredWhilePaused || !waiting.isEmpty {
             triggeredWhilePaused = false
             trigger(force: rerunForced)
