@@ -16,6 +16,37 @@ struct ConnectionTests {
         #expect(try connection.scalarInt("PRAGMA foreign_keys") == 1)
     }
 
+    @Test(
+        "the page cache stays at 2 MiB with 16 KiB pages, on the connection that creates the file and on one opening it again"
+    )
+    func pageCacheIsBoundedInBytes() throws {
+        let directory = TemporaryDirectory()
+        func cacheUsed(_ connection: Connection) -> Int {
+            var current: Int32 = 0
+            var highwater: Int32 = 0
+            sqlite3_db_status(connection.handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highwater, 0)
+            return Int(current)
+        }
+        // Writes and reads about 12 MB: far more than the cache may hold.
+        func churn(_ connection: Connection) throws {
+            try connection.execute("CREATE TABLE IF NOT EXISTS t (x BLOB)")
+            try connection.execute("BEGIN")
+            for _ in 0..<3_000 {
+                try connection.withStatement("INSERT INTO t (x) VALUES (randomblob(4000))") { try $0.step() }
+            }
+            try connection.execute("COMMIT")
+            _ = try connection.scalarInt("SELECT sum(length(x)) FROM t")
+        }
+        for round in 0..<2 {
+            let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
+            defer { connection.close() }
+            #expect(try connection.scalarInt("PRAGMA page_size") == Connection.newFilePageSize)
+            try churn(connection)
+            let limit = Connection.pageCacheKibibytes * 1_024 * 11 / 10  // page headers besides
+            #expect(cacheUsed(connection) <= limit, "round \(round): \(cacheUsed(connection) >> 10) KiB of page cache")
+        }
+    }
+
     @Test func fullSynchronousOnRequest() throws {
         let directory = TemporaryDirectory()
         let connection = try Connection(
