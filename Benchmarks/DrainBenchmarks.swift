@@ -62,9 +62,18 @@ struct DrainBenchmarks {
         try await engine.start()
         // Fill while the stub refuses; the first refusal parks the uploader in backoff.
         for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        return try await Self.timeDrain(engine, of: count, in: scratch.database) { stub.status.withLock { $0 = 200 } }
+    }
+
+    /// Once `engine` has committed all `count` events (its stub refusing
+    /// them), lets the stub accept (`accept`) and times one flush of
+    /// everything: events per second. Closes the engine.
+    static func timeDrain(
+        _ engine: EventEngine, of count: Int, in database: URL, accept: () -> Void
+    ) async throws -> Double {
         try await engine.settle()
-        checkpointAndTruncateWAL(scratch.database)  // as the baseline: start from an empty WAL
-        stub.status.withLock { $0 = 200 }
+        checkpointAndTruncateWAL(database)  // as the baseline: start from an empty WAL
+        accept()
         let start = now()
         try await engine.flush()
         let rate = Double(count) / seconds(since: start)

@@ -164,16 +164,9 @@ struct UploadFormatBenchmarks {
             let (name, parameters) = Self.variants[index % Self.variants.count]
             try engine.record(name, parameters: parameters)
         }
-        try await engine.settle()
-        checkpointAndTruncateWAL(scratch.database)  // as the baseline: start from an empty WAL
-        stub.status.withLock { $0 = 200 }
-        let start = now()
-        try await engine.flush()
-        let rate = Double(count) / seconds(since: start)
-        let left = try await engine.uploadStatistics().pending
-        precondition(left == 0, "drain left \(left) events")
-        await engine.close()
-        return rate
+        return try await DrainBenchmarks.timeDrain(engine, of: count, in: scratch.database) {
+            stub.status.withLock { $0 = 200 }
+        }
     }
 
     /// Bytes per event raw and gzipped, and gzip's time per event, from the

@@ -150,12 +150,7 @@ struct DispatcherRuleTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
         let blob = String(repeating: "x", count: 900_000)
-        var ids: [String] = []
-        for index in 0..<6 {
-            if case .recorded(let id) = try engine.record("big_\(index)", parameters: ["blob": .string(blob)]) {
-                ids.append(id)
-            }
-        }
+        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
         try await engine.flush()
         let requests = collector.requests()
         #expect(requests.count >= 2)

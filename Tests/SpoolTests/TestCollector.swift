@@ -208,3 +208,31 @@ func readFirstLine(_ descriptor: Int32, timeout: TimeInterval) -> String {
     }
     return String(decoding: bytes, as: UTF8.self)
 }
+
+/// Records `count` events named `<prefix><index>` and returns their ids in
+/// record order.
+func recordEvents(
+    _ engine: EventEngine, _ count: Int, prefix: String = "e",
+    parameters: (Int) -> [String: EventValue] = { ["i": .int($0)] }
+) throws -> [String] {
+    try (0..<count).compactMap { index in
+        if case .recorded(let id) = try engine.record("\(prefix)\(index)", parameters: parameters(index)) {
+            return id
+        }
+        return nil
+    }
+}
+
+/// Retries `flush()` (at most `attempts` times, 100 ms apart) until it
+/// succeeds.
+func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
+    for _ in 0..<attempts {
+        do {
+            try await engine.flush()
+            return
+        } catch is UploadError {
+            try await Task.sleep(nanoseconds: 100_000_000)
+        }
+    }
+    try await engine.flush()
+}

@@ -9,29 +9,6 @@ import Testing
 /// dead-lettered ones, which sit in dead_letters with reasons; the request
 /// log shows the backoff; order is kept per session.
 struct UploadFaultTests {
-    /// Records `count` events and returns their ids in record order.
-    func record(_ engine: EventEngine, _ count: Int, prefix: String = "e") throws -> [String] {
-        try (0..<count).compactMap { index in
-            if case .recorded(let id) = try engine.record("\(prefix)\(index)", parameters: ["i": .int(index)]) {
-                return id
-            }
-            return nil
-        }
-    }
-
-    /// Retries flush() (bounded) until it succeeds.
-    func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-        for _ in 0..<attempts {
-            do {
-                try await engine.flush()
-                return
-            } catch is UploadError {
-                try await Task.sleep(nanoseconds: 100_000_000)
-            }
-        }
-        try await engine.flush()
-    }
-
     /// Every id arrived in a 2xx request, each once after deduplication, in order.
     func expectDeliveredInOrder(
         _ ids: [String], _ collector: TestCollector, sourceLocation: SourceLocation = #_sourceLocation
@@ -51,7 +28,7 @@ struct UploadFaultTests {
         try await collector.control(["mode": "status", "status": 500, "times": 4])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 20)
+        let ids = try recordEvents(engine, 20)
         try await engine.settle()
         // The automatic retries carry it through the four failures.
         #expect(
@@ -82,7 +59,7 @@ struct UploadFaultTests {
             try await collector.control(["mode": "status", "status": status, "retry_after": "1", "times": 1])
             let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
             try await engine.start()
-            let ids = try record(engine, 2)
+            let ids = try recordEvents(engine, 2)
             try await engine.settle()
             #expect(await collector.waitFor(timeout: 10) { $0.contains { $0.status == 200 } })
             let requests = collector.requests()
@@ -102,7 +79,7 @@ struct UploadFaultTests {
         // One batch of 26 (no size trigger before the collector is told which ids to refuse).
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 25)
+        let ids = try recordEvents(engine, 25)
         let rejected = [ids[3], ids[17]]
         try await collector.control(["reject_ids": rejected])
         try await engine.flush()
@@ -133,7 +110,7 @@ struct UploadFaultTests {
         try await collector.control(["max_bytes": 1_200])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 12)
+        let ids = try recordEvents(engine, 12)
         let huge = try engine.record("huge", parameters: ["blob": .string(String(repeating: "y", count: 5_000))])
         try await engine.flush()
         expectDeliveredInOrder(ids, collector)
@@ -159,11 +136,11 @@ struct UploadFaultTests {
         try await collector.control(["mode": "status", "status": 403, "times": 1])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 4)  // with session_start: one batch of 5
+        let ids = try recordEvents(engine, 4)  // with session_start: one batch of 5
         try await engine.flush()
         let count = try await engine.query { try $0.deadLetterCount() }
         #expect(count == 5)
-        let more = try record(engine, 3, prefix: "later")
+        let more = try recordEvents(engine, 3, prefix: "later")
         try await engine.flush()
         expectDeliveredInOrder(more, collector)
         #expect(Set(collector.acceptedIDs()).isDisjoint(with: ids))
@@ -178,7 +155,7 @@ struct UploadFaultTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 5, timerInterval: 60, requestTimeout: 0.5)
         try await engine.start()
-        let ids = try record(engine, 9)
+        let ids = try recordEvents(engine, 9)
         try await flushUntilDone(engine)
         expectDeliveredInOrder(ids, collector)
         #expect(collector.requests().first?.status == nil, "the first request got no answer")
@@ -192,7 +169,7 @@ struct UploadFaultTests {
         try await collector.control(["mode": "reset", "times": 2])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 9)
+        let ids = try recordEvents(engine, 9)
         try await flushUntilDone(engine)
         expectDeliveredInOrder(ids, collector)
         #expect(collector.requests().prefix(2).allSatisfy { $0.status == nil })
@@ -206,7 +183,7 @@ struct UploadFaultTests {
         collector.stop()
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await engine.start()
-        let ids = try record(engine, 30)
+        let ids = try recordEvents(engine, 30)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 31 && statistics.lastFailure != nil)
@@ -226,7 +203,7 @@ struct UploadFaultTests {
         let collector = try TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
         try await engine.start()
-        let ids = try record(engine, 40)
+        let ids = try recordEvents(engine, 40)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<8 {
                 group.addTask { try await engine.flush() }

@@ -10,27 +10,9 @@ import Testing
 /// Bounded by the collector's waits and each request's timeout (Swift Testing's
 /// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
 struct UploadFormatTests {
-    /// Records `count` events and returns their ids in record order.
-    func record(_ engine: EventEngine, _ count: Int, prefix: String = "e") throws -> [String] {
-        try (0..<count).compactMap { index in
-            let outcome = try engine.record(
-                "\(prefix)\(index)", parameters: ["i": .int(index), "text": .string("é\"\(index)")])
-            if case .recorded(let id) = outcome { return id }
-            return nil
-        }
-    }
-
-    /// Retries flush() (bounded) until it succeeds.
-    func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-        for _ in 0..<attempts {
-            do {
-                try await engine.flush()
-                return
-            } catch is UploadError {
-                try await Task.sleep(nanoseconds: 100_000_000)
-            }
-        }
-        try await engine.flush()
+    /// An index, and text that needs escaping in every format.
+    static func parameters(_ index: Int) -> [String: EventValue] {
+        ["i": .int(index), "text": .string("é\"\(index)")]
     }
 
     /// The dead letters as `id|status|reason` (status `-` when none).
@@ -56,7 +38,7 @@ struct UploadFormatTests {
         try await collector.control(["format": "spool"])
         let engine = uploadingEngine(directory, collector: collector)
         try await engine.start()
-        let ids = try record(engine, 5)
+        let ids = try recordEvents(engine, 5, parameters: Self.parameters)
         try await engine.flush()
         #expect(collector.formatErrors().isEmpty, "\(collector.formatErrors())")
         let request = try #require(collector.requests().first)
@@ -84,7 +66,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 4, format: try segment(userId: "user-7"), path: "/v1/batch")
         try await engine.start()
-        let ids = try record(engine, 9)
+        let ids = try recordEvents(engine, 9, parameters: Self.parameters)
         try await engine.flush()
         #expect(collector.formatErrors().isEmpty, "\(collector.formatErrors())")
         let requests = collector.requests()
@@ -114,7 +96,7 @@ struct UploadFormatTests {
         try await collector.control(["format": "segment", "write_key": "the_right_key"])
         let engine = uploadingEngine(directory, collector: collector, format: try segment())
         try await engine.start()
-        let ids = try record(engine, 2)
+        let ids = try recordEvents(engine, 2, parameters: Self.parameters)
         try await engine.flush()
         #expect(collector.requests().map(\.status) == [401])
         let letters = try await deadLetters(engine)
@@ -130,7 +112,7 @@ struct UploadFormatTests {
         try await collector.control(["format": "segment"])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: try segment())
         try await engine.start()
-        let ids = try record(engine, 11)
+        let ids = try recordEvents(engine, 11, parameters: Self.parameters)
         try await collector.control(["reject_ids": [ids[6]]])
         try await engine.flush()
         let accepted = Set(collector.acceptedIDs())
@@ -149,7 +131,7 @@ struct UploadFormatTests {
         ])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3, format: try segment())
         try await engine.start()
-        let ids = try record(engine, 2)
+        let ids = try recordEvents(engine, 2, parameters: Self.parameters)
         try await engine.settle()
         #expect(await collector.waitFor(timeout: 10) { $0.contains { $0.status == 200 } })
         let requests = collector.requests()
@@ -174,7 +156,7 @@ struct UploadFormatTests {
             }
         }
         let huge = try engine.record("huge", parameters: ["blob": .string(String(repeating: "h", count: 40_000))])
-        let after = try record(engine, 2, prefix: "after")
+        let after = try recordEvents(engine, 2, prefix: "after", parameters: Self.parameters)
         try await engine.flush()
         #expect(collector.formatErrors().isEmpty, "\(collector.formatErrors())")
         let requests = collector.requests()
@@ -202,7 +184,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 4, format: .kafkaREST, path: "/topics/app-events")
         try await engine.start()
-        let ids = try record(engine, 7)
+        let ids = try recordEvents(engine, 7, parameters: Self.parameters)
         try await engine.flush()
         #expect(collector.formatErrors().isEmpty, "\(collector.formatErrors())")
         let requests = collector.requests()
@@ -225,7 +207,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, retry: RetryPolicy(initialDelay: 30), format: .kafkaREST)
         try await engine.start()
-        let ids = try record(engine, 6)
+        let ids = try recordEvents(engine, 6, parameters: Self.parameters)
         // Permanent: 50002 (Confluent) or MESSAGE_TOO_LARGE (Kafka's 10).
         // Retriable once: 50003 (Confluent) or NOT_LEADER_OR_FOLLOWER (6).
         let (permanent, retriable) = flavor == "confluent" ? (50002, 50003) : (10, 6)
@@ -266,7 +248,7 @@ struct UploadFormatTests {
         try await collector.control(["format": "kafka", "mode": "status", "status": 404, "error_code": 40401])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: .kafkaREST)
         try await engine.start()
-        let ids = try record(engine, 3)
+        let ids = try recordEvents(engine, 3, parameters: Self.parameters)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 4 && statistics.deadLettered == 0)
@@ -287,7 +269,7 @@ struct UploadFormatTests {
             directory, collector: collector, batchSize: 100, format: .kafkaREST,
             request: UploadRequestOptions(compression: .gzip))
         try await engine.start()
-        _ = try record(engine, 1)
+        _ = try recordEvents(engine, 1, parameters: Self.parameters)
         try await engine.flush()
         let requests = collector.requests()
         #expect(requests.first?.content_encoding == "gzip")

@@ -15,27 +15,6 @@ import Testing
 /// Bounded by the collector's waits and each request's timeout (Swift Testing's
 /// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
 struct UploadRequestTests {
-    func record(_ engine: EventEngine, _ count: Int, prefix: String = "e") throws -> [String] {
-        try (0..<count).compactMap { index in
-            if case .recorded(let id) = try engine.record("\(prefix)\(index)", parameters: ["i": .int(index)]) {
-                return id
-            }
-            return nil
-        }
-    }
-
-    func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-        for _ in 0..<attempts {
-            do {
-                try await engine.flush()
-                return
-            } catch is UploadError {
-                try await Task.sleep(nanoseconds: 100_000_000)
-            }
-        }
-        try await engine.flush()
-    }
-
     // MARK: - Headers
 
     @Test("headers are layered: User-Agent, the format's, static ones, then the provider's, asked per request")
@@ -57,7 +36,7 @@ struct UploadRequestTests {
             directory, collector: collector, batchSize: 2,
             format: try SegmentBatchFormat(writeKey: "wk", anonymousId: "a"), request: options)
         try await engine.start()
-        _ = try record(engine, 5)
+        _ = try recordEvents(engine, 5)
         try await engine.flush()
         let requests = collector.requests()
         #expect(requests.count == 3)
@@ -88,7 +67,7 @@ struct UploadRequestTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, retry: RetryPolicy(initialDelay: 30), request: options)
         try await engine.start()
-        let ids = try record(engine, 3)
+        let ids = try recordEvents(engine, 3)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 4)
@@ -190,7 +169,7 @@ struct UploadRequestTests {
         try await collector.control(settings)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3)
         try await engine.start()
-        let ids = try record(engine, 5)
+        let ids = try recordEvents(engine, 5)
         try await engine.flush()
         let requests = collector.requests()
         if fallsBack {
@@ -217,7 +196,7 @@ struct UploadRequestTests {
             directory, collector: collector, batchSize: 5, requestTimeout: 0.5,
             request: UploadRequestOptions(compression: .identity))
         try await engine.start()
-        let ids = try record(engine, 4)
+        let ids = try recordEvents(engine, 4)
         try await flushUntilDone(engine)
         let requests = collector.requests()
         #expect(requests.first?.status == nil, "the first request got no answer")
@@ -234,12 +213,7 @@ struct UploadRequestTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
         let blob = String(repeating: "x", count: 900_000)
-        var ids: [String] = []
-        for index in 0..<6 {
-            if case .recorded(let id) = try engine.record("big_\(index)", parameters: ["blob": .string(blob)]) {
-                ids.append(id)
-            }
-        }
+        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
         try await engine.flush()
         let requests = collector.requests()
         #expect(requests.count >= 2, "split although all of it gzips to a few KB")
@@ -294,7 +268,7 @@ struct UploadRequestTests {
         let transport = ScriptedTransport([.fail, .answer(503, headers: ["Retry-After": "0"]), .answer(200)])
         let engine = engine(transport: transport)
         try await engine.start()
-        let ids = try record(engine, 4)
+        let ids = try recordEvents(engine, 4)
         try await flushUntilDone(engine)
         let received = transport.received.withLock { $0 }
         #expect(received.count == 3, "a throw and a 503 keep the events; the third try delivers")
@@ -337,7 +311,7 @@ struct UploadRequestTests {
             let transport = ScriptedTransport([.answer(status)])
             let engine = engine(transport: transport, format: OverlyOptimisticFormat())
             try await engine.start()
-            _ = try record(engine, 2)
+            _ = try recordEvents(engine, 2)
             await #expect(throws: UploadError.self, "HTTP \(status)") { try await engine.flush() }
             #expect(try await engine.uploadStatistics().pending == 3)
             try await engine.flush()
@@ -364,7 +338,7 @@ struct UploadRequestTests {
         let transport = ScriptedTransport([])
         let engine = engine(transport: transport, format: HalfFormat())
         try await engine.start()
-        _ = try record(engine, 7)  // 8 with session_start
+        _ = try recordEvents(engine, 7)  // 8 with session_start
         try await flushUntilDone(engine)
         #expect(transport.received.withLock { $0.map(\.eventCount) } == [8, 4, 2, 1])
         #expect(try await engine.uploadStatistics().pending == 0)
