@@ -62,24 +62,31 @@ struct EventLogTests {
         #expect(earlier < later)
     }
 
-    @Test func consumersAdvanceAndTheFinishedPrefixIsDeletedInTheSameTransaction() async throws {
+    @Test func finishedEventsAreDeletedInRunsOrOnceTheWholeLogIsFinished() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
-        try await log.appendDurably(100)
+        let run = Int(Connection.finishedRunToDelete)
+        try await log.appendDurably(run + 100)
         #expect(try await log.registerConsumer("uploader", startingAt: .oldest) == 0)
         #expect(try await log.registerConsumer("listener", startingAt: .oldest) == 0)
 
-        // One consumer ahead: nothing is deleted yet.
-        #expect(try await log.advanceConsumer("uploader", to: 60) == 0)
+        // One consumer ahead: nothing is deleted.
+        #expect(try await log.advanceConsumer("uploader", to: Int64(run + 50)) == 0)
+        // Both past 40, fewer than a run: kept for now.
+        #expect(try await log.advanceConsumer("listener", to: 40) == 0)
+        #expect(try await log.countEvents(after: 0) == run + 100)
+        // Both past a run: deleted in the transaction that advanced the last.
+        #expect(try await log.advanceConsumer("listener", to: Int64(run)) == run)
         #expect(try await log.countEvents(after: 0) == 100)
-        // Both past 40: the first 40 go.
-        #expect(try await log.advanceConsumer("listener", to: 40) == 40)
-        #expect(try await log.countEvents(after: 0) == 60)
         // Positions never move backwards.
         try await log.advanceConsumer("uploader", to: 10)
-        #expect(try await log.position(of: "uploader") == 60)
-        let next = try await log.readEvents(after: 40, limit: 5)
-        #expect(next.map(\.seq) == [41, 42, 43, 44, 45])
+        #expect(try await log.position(of: "uploader") == Int64(run + 50))
+        let next = try await log.readEvents(after: Int64(run), limit: 5)
+        #expect(next.map(\.seq) == (1...5).map { Int64(run + $0) })
+        // The whole log finished: the rest go, though fewer than a run.
+        try await log.advanceConsumer("uploader", to: Int64(run + 100))
+        #expect(try await log.advanceConsumer("listener", to: Int64(run + 100)) == 100)
+        #expect(try await log.countEvents(after: 0) == 0)
     }
 
     @Test func positionsAreNeverReusedAfterTheLogEmpties() async throws {
