@@ -135,12 +135,16 @@ struct PrivacyTests {
         let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         second.setConsent(false)
         second.setConsent(true)
+        // Recorded after consent returned, before start: it waits for the
+        // session and is committed during start(); the discard must not reach it.
+        try second.record("before_start_after_consent")
         try await second.start()
         try second.record("after_consent_returned")
         try await second.flush()
         await second.close()
         let uploaded = collector.requests().filter { $0.status == 200 }.flatMap(\.eventNames)
         #expect(!uploaded.contains("queued_earlier"), "\(uploaded)")
+        #expect(uploaded.contains("before_start_after_consent"), "\(uploaded)")
         #expect(uploaded.contains("after_consent_returned"))
     }
 

@@ -187,6 +187,9 @@ public final class EventEngine: Sendable {
             }
         }
         let log: EventLog
+        // The last event an earlier process left, read before this engine
+        // appends any: what a withdrawal before start() discards.
+        let headAtOpen: Int64
         do {
             let configuration = self.configuration
             let database = try await Self.openDatabase(configuration)
@@ -205,8 +208,11 @@ public final class EventEngine: Sendable {
                 maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
             log.setHistoryLimits(limits)
             let cutoff = limits.maximumAge.map { Date().timeIntervalSince1970 - $0 }
-            _ = try await SpoolError.bridgingAsync {
-                try await database.run { try $0.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows) }
+            headAtOpen = try await SpoolError.bridgingAsync {
+                try await database.run { connection in
+                    _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
+                    return try connection.headPosition()
+                }
             }
         } catch {
             state.withLock { $0.phase = .idle }
@@ -239,10 +245,8 @@ public final class EventEngine: Sendable {
             state.phase = .started
             if case .withdrawnBeforeStart = state.uploads {
                 // Consent was withdrawn before start: what the queue held
-                // then (everything committed so far; this engine has appended
-                // nothing yet) is never uploaded.
-                state.uploads = .discarding(
-                    Task { await self.discardUploads { try await log.database.run { try $0.headPosition() } } })
+                // when the file was opened is never uploaded.
+                state.uploads = .discarding(Task { await self.discardUploads { headAtOpen } })
             }
             return false
         }
