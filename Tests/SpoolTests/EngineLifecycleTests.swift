@@ -191,7 +191,8 @@ struct EngineLifecycleTests {
             "1,000 start/close cycles: descriptors \(before.descriptors) → \(after.descriptors), "
                 + "RSS \(before.resident >> 10) → \(after.resident >> 10) KiB")
         #expect(after.descriptors == before.descriptors, "no file descriptor leaks")
-        if before.resident > 0 {
+        // Under the thread sanitizer resident memory is mostly its shadow.
+        if before.resident > 0 && !isThreadSanitized {
             #expect(
                 after.resident < before.resident + 2 << 20,
                 "resident memory grew \((after.resident - before.resident) >> 10) KiB over 1,000 cycles")

@@ -170,6 +170,9 @@ struct PrivacyTests {
     func theFileShrinksBackAfterADrain() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
+        // Nothing gets through while the queue fills (size-triggered uploads
+        // would otherwise drain part of it on a slow machine).
+        try await collector.control(["mode": "status", "status": 503])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await engine.start()
         try #require(engine.state.withLock { $0.log }).shrinkDelay = 0.2
@@ -185,6 +188,7 @@ struct PrivacyTests {
         }
         let full = size()
         #expect(full > 10_000_000, "\(full) bytes with the queue full")
+        try await collector.control(["mode": "ok"])
         try await engine.flush()
         let deadline = Date().addingTimeInterval(20)
         while size() > 2_000_000 && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }

@@ -205,3 +205,11 @@ extension EventEngine {
         try await query { try $0.readEvents(after: 0, limit: .max).map(\.name) }
     }
 }
+
+/// Whether this build runs under the thread sanitizer (`swift test
+/// --sanitize=thread`), whose shadow memory makes resident sizes meaningless.
+let isThreadSanitized: Bool = {
+    guard let program = dlopen(nil, RTLD_NOW) else { return false }
+    defer { dlclose(program) }
+    return dlsym(program, "__tsan_init") != nil
+}()
