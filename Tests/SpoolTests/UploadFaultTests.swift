@@ -218,4 +218,25 @@ struct UploadFaultTests {
         #expect(accepted.count == Set(accepted).count)
         await engine.close()
     }
+
+    @Test("close() gives up the upload lease, so another process uploads at once")
+    func closeReleasesTheUploadLease() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
+        try await engine.start()
+        _ = try recordEvents(engine, 5)
+        // A failed upload keeps the lease (the events wait for a retry).
+        try await collector.control(["mode": "status", "status": 503])
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        let path = directory.url.appendingPathComponent("OPTEventQueue.sqlite").path
+        func leaseOwner() throws -> String? {
+            let connection = try Connection(path: path, options: ConnectionOptions())
+            defer { connection.close() }
+            return try connection.lease(of: "uploader")?.owner
+        }
+        #expect(try leaseOwner() != nil, "held while the engine runs")
+        await engine.close()
+        #expect(try leaseOwner() == nil)
+    }
 }

@@ -234,6 +234,7 @@ public final class EventEngine: Sendable {
             // Leave nothing half-started: the engine can be started again.
             await stopUploader()
             uploaderBox.withLock { $0 = nil }
+            await releaseLeases(log)
             detach(log)
             log.database.close()
             state.withLock { $0.phase = .idle }
@@ -253,6 +254,7 @@ public final class EventEngine: Sendable {
         if closedMeanwhile {
             // close() ran while this was opening: close what was opened.
             await stopUploader()
+            await releaseLeases(log)
             detach(log)
             log.database.close()
             throw SpoolError.closed

@@ -282,8 +282,9 @@ struct JSONReader {
 extension EventValue {
     /// Stored parameters read back into values.
     static func parameters(fromJSON json: String) -> [String: EventValue] {
-        // try?: the encoder writes an object and the schema's CHECK
-        // (json_valid) keeps anything else out of the log, so nothing is lost.
+        // try?: Spool's encoder writes an object by construction, and any
+        // other writer of the file meets the schema's CHECK (json_valid), so
+        // nothing stored is lost here.
         (try? JSONReader.parseObject(json)) ?? [:]
     }
 }

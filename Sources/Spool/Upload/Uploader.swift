@@ -128,8 +128,9 @@ actor Uploader {
         if pending > 0 && (pending >= settings.batchSize || settings.timerInterval == 0) { trigger(force: false) }
     }
 
-    /// Stops the timer and retries, lets a request in flight finish (at most
-    /// `patience` seconds) so its answer is saved, and gives up the lease.
+    /// Stops the timer and retries and lets a request in flight finish (at
+    /// most `patience` seconds) so its answer is saved. The engine gives up
+    /// the lease afterwards, with its other leases.
     /// A request still unanswered after that is abandoned: its answer is
     /// ignored and its events are sent again by whoever uploads next (at
     /// least once), after the lease expires.
@@ -148,10 +149,6 @@ actor Uploader {
                 }
             }
         }
-        guard !running else { return }
-        let owner = self.owner
-        // try?: a lease left behind expires by itself; nothing is lost.
-        try? log.database.onQueue { try $0.releaseLease(Self.consumerID, owner: owner) }
     }
 
     // MARK: - Triggers
