@@ -63,7 +63,6 @@ extension EventLog {
             state.buffer.insert(contentsOf: remaining, at: 0)
             state.bufferedBytes += remaining.reduce(0) { $0 + $1.record.bufferedBytes }
             state.consecutiveFailures += 1
-            state.lastFailure = error
             return (takeWaiters(through: last, from: &state), state.failureHandler, state.buffer.count)
         }
         state.broadcast()  // appenders waiting for room are refused while commits fail
@@ -86,7 +85,6 @@ extension EventLog {
             }
             let recovered = state.consecutiveFailures
             state.consecutiveFailures = 0
-            state.lastFailure = nil
             return (
                 takeWaiters(through: last, from: &state), state.commitHandler, recovered, state.failureHandler,
                 positions

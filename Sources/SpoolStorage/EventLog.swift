@@ -90,7 +90,6 @@ package final class EventLog: Sendable {
         var commitScheduled = false
         var waiters: [Waiter] = []
         var consecutiveFailures = 0
-        var lastFailure: (any Error)?
         var random = FastRandom()
         var closed = false
         var commitHandler: CommitHandler?
@@ -113,6 +112,13 @@ package final class EventLog: Sendable {
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
         var rejected: [UInt64: any Error] = [:]
+
+        /// Whether an event of `bytes` fits under both bounds. An empty
+        /// buffer always has room: an event larger than the byte bound is
+        /// taken alone rather than never.
+        func hasRoom(for bytes: Int) -> Bool {
+            buffer.isEmpty || (buffer.count < limits.events && bufferedBytes + bytes <= limits.bytes)
+        }
     }
 
     package let database: DatabaseQueue
@@ -174,22 +180,38 @@ package final class EventLog: Sendable {
     package func append(_ record: EventRecord) throws -> AppendReceipt {
         while true {
             if let receipt = try tryAppend(record) { return receipt }
-            try waitForRoom()
+            try waitForRoom(for: record)
         }
     }
 
     /// Buffers one event unless the buffer is at its bound and the caller
-    /// should wait for room first (``waitForRoom()``, then try again): that
-    /// is nil. For callers holding a lock of their own, which must not wait
-    /// under it. Returns at once.
+    /// should wait for room first (``waitForRoom(for:)``, then try again):
+    /// that is nil. For callers holding a lock of their own, which must not
+    /// wait under it. Returns at once.
     ///
     /// - Throws: ``StorageError/closed`` after ``close()``;
     ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
     ///   bound and commits are failing.
-    /// - Parameter overBound: accept it past the bound instead (for a few
-    ///   events appended under a lock: `session_start` and the events that
-    ///   waited for it); still refused while commits fail.
-    package func tryAppend(_ record: EventRecord, overBound: Bool = false) throws -> AppendReceipt? {
+    package func tryAppend(_ record: EventRecord) throws -> AppendReceipt? {
+        try buffer(record, pastBound: false)
+    }
+
+    /// Buffers one event even past the bound, never waiting: for the few
+    /// events appended under a lock (`session_start` and the events that
+    /// waited for it). Still refused while commits fail.
+    ///
+    /// - Throws: as ``tryAppend(_:)``.
+    @discardableResult
+    package func appendPastBound(_ record: EventRecord) throws -> AppendReceipt {
+        // Past the bound is never "wait for room", so nil cannot come back.
+        guard let receipt = try buffer(record, pastBound: true) else {
+            throw StorageError.bufferFull(events: bufferedCount, bytes: bufferedBytes)
+        }
+        return receipt
+    }
+
+    /// ``tryAppend(_:)``, or with `pastBound` ``appendPastBound(_:)``.
+    private func buffer(_ record: EventRecord, pastBound: Bool) throws -> AppendReceipt? {
         let bytes = record.bufferedBytes
         enum Outcome {
             case taken(Pending, wake: Bool)
@@ -198,13 +220,13 @@ package final class EventLog: Sendable {
         }
         let outcome = try state.withLock { state -> Outcome in
             guard !state.closed else { throw StorageError.closed }
-            if state.buffer.count >= state.limits.events || state.bufferedBytes + bytes > state.limits.bytes {
+            if !state.hasRoom(for: bytes) {
                 if state.consecutiveFailures > 0 {
                     return .refused(events: state.buffer.count, bytes: state.bufferedBytes, state.failureHandler)
                 }
                 // The writer runs on the database queue: code there (a custom
                 // dispatcher recording from its callback) cannot wait for it.
-                if !overBound && !database.isCurrent { return .noRoom }
+                if !pastBound && !database.isCurrent { return .noRoom }
             }
             let pending = Pending(
                 ticket: state.nextTicket, random: (state.random.next(), state.random.next()), record: record)
@@ -226,38 +248,27 @@ package final class EventLog: Sendable {
         }
     }
 
-    /// Buffers one event even past the bound, never waiting: for the few
-    /// events appended under a lock (`session_start` and the events that
-    /// waited for it). Still refused while commits fail.
-    ///
-    /// - Throws: as ``tryAppend(_:overBound:)``.
-    @discardableResult
-    package func appendPastBound(_ record: EventRecord) throws -> AppendReceipt {
-        // `overBound` never answers "wait for room", so nil cannot come back.
-        guard let receipt = try tryAppend(record, overBound: true) else {
-            throw StorageError.bufferFull(events: bufferedCount, bytes: bufferedBytes)
-        }
-        return receipt
-    }
-
-    /// Waits until the buffer is below its bound, at most
+    /// Waits until `record` fits in the buffer, at most
     /// ``maximumWaitForRoom``.
     ///
     /// - Throws: ``StorageError/bufferFull(events:bytes:)`` when commits are
     ///   failing or no room came in time; ``StorageError/closed``.
-    package func waitForRoom() throws {
+    package func waitForRoom(for record: EventRecord) throws {
+        let needed = record.bufferedBytes
         state.withLock { $0.waitingForRoom += 1 }
         let hasRoom = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
-            state.closed || state.consecutiveFailures > 0
-                || (state.buffer.count < state.limits.events && state.bufferedBytes < state.limits.bytes)
+            state.closed || state.consecutiveFailures > 0 || state.hasRoom(for: needed)
         }
-        let (closed, failing, events, bytes) = state.withLock { state in
+        let (closed, failing, events, bytes, handler) = state.withLock { state in
             state.waitingForRoom -= 1
-            return (state.closed, state.consecutiveFailures > 0, state.buffer.count, state.bufferedBytes)
+            return (
+                state.closed, state.consecutiveFailures > 0, state.buffer.count, state.bufferedBytes,
+                state.failureHandler
+            )
         }
         if closed { throw StorageError.closed }
         if !hasRoom || failing {
-            state.withLock { $0.failureHandler }?(.appendRefused)
+            handler?(.appendRefused)
             throw StorageError.bufferFull(events: events, bytes: bytes)
         }
     }

@@ -176,6 +176,26 @@ struct EventLogTests {
         database.close()
     }
 
+    @Test func anEventLargerThanTheByteBoundIsTakenAloneNotRefusedForever() async throws {
+        let directory = TemporaryDirectory()
+        let log = EventLog(
+            database: try DatabaseQueue(path: directory.databaseURL.path),
+            limits: EventLog.Limits(events: 100, bytes: 1_000))
+        defer { log.database.close() }
+        let pad = String(repeating: "x", count: 5_000)
+        var receipts: [AppendReceipt] = []
+        for index in 0..<3 {
+            receipts.append(
+                try log.append(
+                    EventRecord(name: "big", parametersJSON: #"{"i":\#(index),"pad":"\#(pad)"}"#, recordedAt: 1)))
+            receipts.append(try log.append(EventRecord(name: "small", parametersJSON: "{}", recordedAt: 1)))
+        }
+        try await log.waitUntilAllDurable()
+        let events = try await log.readEvents(after: 0, limit: 10)
+        #expect(events.map(\.id) == receipts.map(\.id))
+        await log.close()
+    }
+
     @Test func discardingTheBufferOnAFullDiskFailsItsWaitersAndNothingReachesTheFile() async throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)

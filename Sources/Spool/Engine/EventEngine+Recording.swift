@@ -126,7 +126,7 @@ extension EventEngine {
                 try gateAndAppend(&record, priority: priority, settle: settle, in: &state)
             }
             guard let accepted else {
-                do { try state.withLock { $0.log }?.waitForRoom() } catch { throw SpoolError.bridge(error) }
+                do { try state.withLock { $0.log }?.waitForRoom(for: record) } catch { throw SpoolError.bridge(error) }
                 continue
             }
             accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))

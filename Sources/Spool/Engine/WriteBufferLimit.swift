@@ -30,6 +30,8 @@ public struct WriteBufferLimit: Sendable, Hashable {
     public var maximumEvents: Int
     /// The most bytes buffered, counting each event's name and encoded
     /// parameters plus about 100 bytes per event for its place in the buffer.
+    /// An event larger than this is buffered alone, once the writer has
+    /// taken what came before it.
     public var maximumBytes: Int
 
     /// 8,192 events or 2 MiB, whichever comes first: two commit groups, so
