@@ -109,6 +109,31 @@ struct PrivacyTests {
     }
 
     @Test(
+        "a second withdrawal while the first one's discard runs also reaches what was recorded in between",
+        .needsChildProcesses
+    )
+    func aSecondWithdrawalDuringADiscardIsKept() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 503])
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        try await engine.start()
+        _ = try recordEvents(engine, 10, prefix: "before_first")
+        engine.setConsent(false)
+        engine.setConsent(true)
+        _ = try recordEvents(engine, 10, prefix: "between")
+        engine.setConsent(false)  // the first discard has not been saved yet
+        engine.setConsent(true)
+        try await collector.control(["mode": "ok"])
+        try engine.record("after_both")
+        try await engine.flush()
+        await engine.close()
+        let uploaded = collector.requests().filter { $0.status == 200 }.flatMap(\.eventNames)
+        #expect(!uploaded.contains { $0.hasPrefix("before_first") || $0.hasPrefix("between") }, "\(uploaded)")
+        #expect(uploaded.contains("after_both"))
+    }
+
+    @Test(
         "setConsent(false) before start() discards the queue an earlier process left; starting with consent false keeps it",
         .needsChildProcesses
     )

@@ -81,16 +81,30 @@ extension EventEngine {
 
     /// The discard a consent withdrawal started, while it runs.
     func pendingDiscard() -> Task<Void, Never>? {
-        state.withLock { state in
-            if case .discarding(let task) = state.uploads { return task }
-            return nil
-        }
+        state.withLock { $0.uploads.discard }
+    }
+
+    /// Starts discarding the upload queue through the position `through`
+    /// returns, after the discard already running, if any. Uploads are held
+    /// until the latest discard is saved.
+    func startDiscard(in state: inout State, through position: @escaping @Sendable () async throws -> Int64) {
+        let previous = state.uploads.discard
+        state.discards += 1
+        let generation = state.discards
+        // A task: the seed's setConsent is synchronous and the discard needs
+        // the database; it is kept so withdrawConsent and flush can await it.
+        state.uploads = .discarding(
+            Task {
+                await previous?.value
+                await self.discardUploads(generation: generation, through: position)
+            })
     }
 
     /// Moves the uploader past the position `through` returns (the last event
     /// recorded before consent was withdrawn), with uploads held; tries
-    /// again until it is saved or the engine closes, then lets uploads go on.
-    func discardUploads(through position: @Sendable () async throws -> Int64) async {
+    /// again until it is saved or the engine closes, then lets uploads go on
+    /// unless a later withdrawal started another discard.
+    private func discardUploads(generation: Int, through position: @Sendable () async throws -> Int64) async {
         var delay: UInt64 = 100_000_000
         while true {
             do {
@@ -106,8 +120,12 @@ extension EventEngine {
                 delay = min(delay * 2, 30_000_000_000)
             }
         }
-        state.withLock { $0.uploads = .allowed }
-        uploaderBox.withLock { $0 }?.requestFlushFromAnyThread()
+        let latest = state.withLock { state -> Bool in
+            guard state.discards == generation else { return false }
+            state.uploads = .allowed
+            return true
+        }
+        if latest { uploaderBox.withLock { $0 }?.requestFlushFromAnyThread() }
     }
 
     /// Runs `body` with no upload pass running (one in flight finishes first)

@@ -63,7 +63,7 @@ extension EventEngine {
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter
         ) {
-            state.withLock { $0.consent && $0.enabled && $0.uploads == .allowed }
+            state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended
         }
         try await uploader.start()

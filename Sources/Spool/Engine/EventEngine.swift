@@ -70,6 +70,8 @@ public final class EventEngine: Sendable {
         /// before it are being discarded, and nothing uploads until that is
         /// saved.
         var uploads = Uploads.allowed
+        /// How many discards were started: only the latest lets uploads go on.
+        var discards = 0
         /// The app is in the background (its database suspended).
         var inBackground = false
         /// Lifecycle notification observers, removed at close.
@@ -81,11 +83,18 @@ public final class EventEngine: Sendable {
         /// Consent was withdrawn before ``start()``: start discards the
         /// upload queue as it found it, and holds uploads until then.
         case withdrawnBeforeStart
+        /// Discarding what was recorded before a withdrawal.
         case discarding(Task<Void, Never>)
 
-        static func == (lhs: Uploads, rhs: Uploads) -> Bool {
-            if case .allowed = lhs, case .allowed = rhs { return true }
+        var isAllowed: Bool {
+            if case .allowed = self { return true }
             return false
+        }
+
+        /// The discard running, if any.
+        var discard: Task<Void, Never>? {
+            if case .discarding(let task) = self { return task }
+            return nil
         }
     }
 
@@ -247,7 +256,7 @@ public final class EventEngine: Sendable {
             if case .withdrawnBeforeStart = state.uploads {
                 // Consent was withdrawn before start: what the queue held
                 // when the file was opened is never uploaded.
-                state.uploads = .discarding(Task { await self.discardUploads { headAtOpen } })
+                startDiscard(in: &state) { headAtOpen }
             }
             return false
         }
@@ -505,15 +514,13 @@ public final class EventEngine: Sendable {
                 if state.phase == .idle || state.phase == .starting { state.uploads = .withdrawnBeforeStart }
                 return state.waiting
             }
-            guard state.uploads == .allowed else { return state.waiting }
             // Which events are "before" is settled now, under this lock:
-            // everything appended so far. The position arrives once they are
-            // committed.
+            // everything appended so far (also when an earlier withdrawal's
+            // discard still runs: this one follows it). The position arrives
+            // once they are committed.
             let position = Promise<Result<Int64, any Error>>()
             log.positionOfLastAppended(position.fulfill)
-            // A task: the seed's setConsent is synchronous and the discard
-            // needs the database; uploads are held until it is saved.
-            state.uploads = .discarding(Task { await self.discardUploads { try await position.value.get() } })
+            startDiscard(in: &state) { try await position.value.get() }
             return state.waiting
         }
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
