@@ -263,6 +263,42 @@ struct UploadRequestTests {
                 retryPolicy: RetryPolicy(initialDelay: 30)))
     }
 
+    @Test("a split renews the upload lease with each read, as the drain does")
+    func splitsRenewTheLease() async throws {
+        let directory = TemporaryDirectory()
+        /// 413 for more than one event; a single event is accepted after
+        /// reading when the upload lease expires.
+        final class SplittingTransport: UploadTransport {
+            let path: String
+            let expiries = Protected<[Double]>([])
+            init(path: String) { self.path = path }
+            func send(_ request: UploadRequest) async throws -> UploadResponse {
+                guard request.eventCount == 1 else { return UploadResponse(status: 413) }
+                let connection = try Connection(path: path, options: ConnectionOptions())
+                defer { connection.close() }
+                let expires = try #require(try connection.lease(of: "uploader")).expires
+                expiries.withLock { $0.append(expires) }
+                try await Task.sleep(nanoseconds: 30_000_000)
+                return UploadResponse(status: 200)
+            }
+        }
+        let transport = SplittingTransport(path: directory.databaseURL.path)
+        let dispatcher = DefaultEventDispatcher(batchSize: 100, requestTimeout: 5, transport: transport)
+        let engine = EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(directory.databaseURL), collectorURL: URL(string: "https://collector.invalid/v1")!,
+                dispatcher: dispatcher))
+        try await engine.start()
+        let ids = try recordEvents(engine, 8)
+        try await engine.flush()
+        #expect(try await engine.uploadStatistics().pending == 0)
+        let expiries = transport.expiries.withLock { $0 }
+        #expect(expiries.count >= ids.count)
+        // Renewed while the split ran: each read moved the expiry forward.
+        #expect(try #require(expiries.last) > (try #require(expiries.first)) + 0.1, "\(expiries)")
+        await engine.close()
+    }
+
     @Test("a custom transport gets the finished request — gzipped body, every header — and its answers drive retries")
     func customTransport() async throws {
         let transport = ScriptedTransport([.fail, .answer(503, headers: ["Retry-After": "0"]), .answer(200)])

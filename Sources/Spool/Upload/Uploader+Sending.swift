@@ -73,16 +73,28 @@ extension Uploader {
     }
 
     /// Sends the `count` events after `position`, saving each success at once.
+    /// Each read renews the lease, as the drain's reads do: a split can take
+    /// many requests.
     func sendRange(after position: Int64, count: Int) async throws {
         let (maximumBytes, consumer, format) = (settings.maximumBodyBytes, Self.consumerID, client.format)
+        let (owner, leaseDuration) = (self.owner, settings.leaseDuration)
         var after = position
         var remaining = count
         while remaining > 0 {
             let (start, limit) = (after, remaining)
-            let read = try log.database.onQueue {
-                try UploadBatch.read(
-                    after: start, limit: limit, anyFormat: format, maximumBytes: maximumBytes, from: $0)
+            let (read, heldBy) = try log.database.onQueue { connection in
+                try connection.transaction { () -> (UploadBatch.Read?, ConsumerLease?) in
+                    if let lease = try connection.acquireLease(
+                        consumer, owner: owner, now: Date().timeIntervalSince1970, duration: leaseDuration)
+                    {
+                        return (nil, lease)
+                    }
+                    let read = try UploadBatch.read(
+                        after: start, limit: limit, anyFormat: format, maximumBytes: maximumBytes, from: connection)
+                    return (read, nil)
+                }
             }
+            if let heldBy { throw heldElsewhere(heldBy) }
             switch read {
             case nil:
                 return

@@ -54,7 +54,7 @@ actor Uploader {
     private let isAllowed: @Sendable () -> Bool
     let diagnostics: DiagnosticsCenter
     /// The engine's name in the lease column.
-    private let owner: String
+    let owner: String
     nonisolated let signals = Protected(Signals())
     /// Gives up on the request in flight, if any (the app is about to be
     /// suspended): it is answered as failed and its events stay queued.
@@ -133,7 +133,7 @@ actor Uploader {
     /// the lease afterwards, with its other leases.
     /// A request still unanswered after that is abandoned: its answer is
     /// ignored and its events are sent again by whoever uploads next (at
-    /// least once), after the lease expires.
+    /// least once).
     func stop(patience: TimeInterval = 5) async {
         closed = true
         timerTask?.cancel()
@@ -313,8 +313,7 @@ actor Uploader {
                 log.scheduleShrink()
                 return
             case .heldElsewhere(let lease):
-                retryWhenFree(lease)
-                throw UploadError.retryable("another process (\(lease.owner)) is uploading")
+                throw heldElsewhere(lease)
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
@@ -322,6 +321,12 @@ actor Uploader {
             }
         }
         if let through = uploadedThrough { _ = try saveAndRead(through: through, read: false) }
+    }
+
+    /// Another process holds the lease: retry when it is free.
+    func heldElsewhere(_ lease: ConsumerLease) -> UploadError {
+        retryWhenFree(lease)
+        return UploadError.retryable("another process (\(lease.owner)) is uploading")
     }
 
     /// In one transaction: saves the uploader's position at `through`
