@@ -18,6 +18,9 @@ final class TestCollector: @unchecked Sendable {
     #endif
     private(set) var port: Int
     let logURL: URL
+    /// While stopped: a socket bound to the port and not listening, so
+    /// connections are refused and no other test's collector takes the port.
+    private var placeholder: Int32 = -1
 
     struct Request: Decodable, Sendable {
         let t: Double
@@ -62,6 +65,7 @@ final class TestCollector: @unchecked Sendable {
 
     deinit {
         stop()
+        releasePort()
     }
 
     private func launch() throws {
@@ -90,19 +94,51 @@ final class TestCollector: @unchecked Sendable {
         #endif
     }
 
-    /// The collector is down: the port refuses connections.
+    /// The collector is down: the port refuses connections, and stays this
+    /// collector's until ``restart()``.
     func stop() {
         #if os(Linux) || os(macOS)
             guard let process else { return }
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
             self.process = nil
+            holdPort()
         #endif
+    }
+
+    /// Binds the port without listening (connections get a reset, as from a
+    /// closed port).
+    private func holdPort() {
+        #if os(Linux)
+            let socketType = Int32(SOCK_STREAM.rawValue)
+        #else
+            let socketType = SOCK_STREAM
+        #endif
+        let descriptor = socket(AF_INET, socketType, 0)
+        guard descriptor >= 0 else { return }
+        var on: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        if bound == 0 { placeholder = descriptor } else { close(descriptor) }
+    }
+
+    private func releasePort() {
+        if placeholder >= 0 { close(placeholder) }
+        placeholder = -1
     }
 
     /// Up again on the same port, with the same log.
     func restart() throws {
         stop()
+        releasePort()
         var attempts = 0
         while true {
             do {
