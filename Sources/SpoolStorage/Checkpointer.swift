@@ -42,7 +42,7 @@ package final class Checkpointer: @unchecked Sendable {
         let connection = try Connection(path: path, options: options)
         // The thresholds count pages of this file's size (16 KiB for files
         // Spool creates, 4 KiB for older ones).
-        let pageSize = max(512, try connection.scalarInt("PRAGMA page_size"))
+        let pageSize = try connection.pageSize()
         self.thresholdPages = Int32(clamping: max(1, thresholdBytes / pageSize))
         self.restartPages = Int32(clamping: max(2, restartBytes / pageSize))
         // A checkpoint streams pages from the WAL; it needs no page cache of its own.

@@ -60,9 +60,9 @@ extension Connection {
         try scalarInt("PRAGMA freelist_count")
     }
 
-    /// The file's page size in bytes.
+    /// The file's page size in bytes (at least SQLite's smallest, 512).
     package func pageSize() throws -> Int {
-        try scalarInt("PRAGMA page_size")
+        max(512, try scalarInt("PRAGMA page_size"))
     }
 
     /// True when the file can shrink in steps (`auto_vacuum = INCREMENTAL`).

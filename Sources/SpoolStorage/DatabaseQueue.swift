@@ -30,8 +30,6 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// use the connection without a hop to another thread.
     package let executor: QueueExecutor
 
-    package var isInMemory: Bool { path == Connection.inMemoryPath }
-
     /// Opens the database at `path` (``Connection/inMemoryPath`` for a private
     /// in-memory one) and applies every embedded migration.
     ///

@@ -15,15 +15,19 @@ extension EventLog {
     /// is truncated. A file made before incremental auto-vacuum is rebuilt
     /// once, when the log is empty (its cost is what is left: the history).
     package func scheduleShrink() {
-        let (delay, start) = state.withLock { state -> (TimeInterval, Bool) in
+        let delay = state.withLock { state -> TimeInterval? in
             // The first drain sets the time; later ones do not push it back
             // (a steady trickle of uploads would postpone it forever).
-            guard !state.shrinkScheduled else { return (0, false) }
+            guard !state.shrinkScheduled else { return nil }
             state.shrinkScheduled = true
-            state.shrinkDue = Date().addingTimeInterval(state.shrinkDelay)
-            return (state.shrinkDelay, true)
+            return state.shrinkDelay
         }
-        if start { waitForShrink(delay) }
+        guard let delay else { return }
+        database.asyncAfter(delay) { [weak self] connection in
+            guard let self, let connection else { return }
+            self.state.withLock { $0.shrinkScheduled = false }
+            self.shrinkStep(connection)
+        }
     }
 
     /// How long after a drain the file gives space back (5 s; tests shorten it).
@@ -32,24 +36,10 @@ extension EventLog {
         set { state.withLock { $0.shrinkDelay = max(0, newValue) } }
     }
 
-    /// One timer at a time, however often a drain asks.
-    private func waitForShrink(_ delay: TimeInterval) {
-        database.asyncAfter(delay) { [weak self] connection in
-            guard let self, let connection else { return }
-            let remaining = self.state.withLock { state -> TimeInterval in
-                let remaining = state.shrinkDue.map { $0.timeIntervalSinceNow } ?? 0
-                if remaining <= 0 { state.shrinkScheduled = false }
-                return remaining
-            }
-            if remaining > 0 { return self.waitForShrink(remaining) }
-            self.shrinkStep(connection)
-        }
-    }
-
     private func shrinkStep(_ connection: Connection) {
         database.assertOnQueue()
         do {
-            let pageSize = max(512, try connection.pageSize())
+            let pageSize = try connection.pageSize()
             let free = try connection.freePageCount()
             if free * pageSize > Self.keptFreeBytes {
                 if try connection.hasIncrementalVacuum() {

@@ -98,7 +98,7 @@ extension EventLog {
         for (completion, position) in positions { completion(.success(position)) }
     }
 
-    private func takePositionWaiters(
+    func takePositionWaiters(
         through ticket: UInt64, from state: inout State
     ) -> [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] {
         guard state.positionWaiters.contains(where: { $0.ticket <= ticket }) else { return [] }
@@ -123,7 +123,7 @@ extension EventLog {
         for waiter in positions { waiter.completion(.success(head)) }
     }
 
-    private func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {
+    func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {
         guard state.waiters.contains(where: { $0.ticket <= ticket }) else { return [] }
         let ready = state.waiters.filter { $0.ticket <= ticket }
         state.waiters.removeAll { $0.ticket <= ticket }

@@ -100,14 +100,13 @@ package final class EventLog: Sendable {
         var historySincePrune = 0
         /// Appenders waiting for room.
         var waitingForRoom = 0
-        /// When the file should give space back, and whether a timer waits for it.
-        var shrinkDue: Date?
+        /// Whether a timer waits to give the file's space back.
         var shrinkScheduled = false
         var shrinkDelay: TimeInterval = 5
         /// The log's head after this log's last commit: the position of the
         /// last event it committed.
         var lastCommittedHead: Int64 = 0
-        /// ``positionOfLastAppended()`` callers, by the ticket they wait for.
+        /// ``positionOfLastAppended(_:)`` callers, by the ticket they wait for.
         var positionWaiters: [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] = []
         /// Appends the database refused, by ticket (rare; kept so a late
         /// `waitUntilDurable` still gets the error).
@@ -303,22 +302,15 @@ package final class EventLog: Sendable {
         }
     }
 
-    /// The log position of the last event appended before this call, once it
-    /// is committed: "everything recorded so far" as a position (events
-    /// appended later, here or by another process, come after it).
+    /// Calls `completion` with the log position of the last event appended
+    /// before this call, once it is committed: "everything recorded so far"
+    /// as a position (events appended later, here or by another process,
+    /// come after it). Which event is "the last" is settled now, so a
+    /// synchronous caller can pin it under a lock of its own.
     ///
     /// A failed commit does not end the wait: the event keeps its place and
-    /// the answer comes when a later attempt commits it.
-    ///
-    /// - Throws: ``StorageError/closed`` when the log closes first.
-    package func positionOfLastAppended() async throws -> Int64 {
-        try await withCheckedThrowingContinuation { continuation in
-            positionOfLastAppended { continuation.resume(with: $0) }
-        }
-    }
-
-    /// ``positionOfLastAppended()`` for a synchronous caller: which event is
-    /// "the last" is settled now, the answer comes once it is committed.
+    /// the answer comes when a later attempt commits it. When the log closes
+    /// first, `completion` gets ``StorageError/closed``.
     package func positionOfLastAppended(_ completion: @escaping @Sendable (Result<Int64, any Error>) -> Void) {
         let immediate: Int64? = state.withLock { state in
             let ticket = state.nextTicket - 1
@@ -341,7 +333,7 @@ package final class EventLog: Sendable {
     /// Drops every buffered (uncommitted) event: their waiters get `reason`.
     /// For erasure on a full disk, where they must never reach the file.
     package func discardBuffered(because reason: any Error) {
-        let (waiters, positions) = state.withLock { state in
+        let (waiters, positions, head) = state.withLock { state in
             let last = state.buffer.last?.ticket ?? state.durableThrough
             state.buffer.removeAll()
             state.bufferedBytes = 0
@@ -350,15 +342,13 @@ package final class EventLog: Sendable {
                 state.rejected[ticket] = reason
             }
             state.durableThrough = max(state.durableThrough, last)
-            defer {
-                state.waiters.removeAll { $0.ticket <= last }
-                state.positionWaiters.removeAll { $0.ticket <= last }
-            }
-            return (state.waiters.filter { $0.ticket <= last }, state.positionWaiters.filter { $0.ticket <= last })
+            return (
+                takeWaiters(through: last, from: &state), takePositionWaiters(through: last, from: &state),
+                state.lastCommittedHead
+            )
         }
         state.broadcast()
         for waiter in waiters { waiter.continuation.resume(throwing: reason) }
-        let head = state.withLock { $0.lastCommittedHead }
         for waiter in positions { waiter.completion(.success(head)) }
     }
 

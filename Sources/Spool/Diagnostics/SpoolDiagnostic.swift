@@ -48,8 +48,6 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case surveyEvaluationFailed
         /// `session_start` could not be recorded.
         case sessionStartFailed
-        /// Old history rows could not be pruned; the history keeps them.
-        case historyPruneFailed
         /// An upload attempt failed; the events stay queued and are retried.
         /// Also reported while the upload queue cannot be discarded after
         /// consent was withdrawn (uploads wait until it is).
