@@ -121,9 +121,7 @@ public struct BatchEvent {
     /// Appends when it was recorded as a JSON string: ISO 8601 in UTC with
     /// milliseconds (`"2026-11-29T10:15:30.123Z"`).
     public func appendTimestamp(to body: inout [UInt8]) {
-        body.append(UInt8(ascii: "\""))
-        ISO8601Milliseconds.append(Date(timeIntervalSince1970: row.recordedAt), to: &body)
-        body.append(UInt8(ascii: "\""))
+        Self.appendTimestamp(Date(timeIntervalSince1970: row.recordedAt), to: &body)
     }
 
     /// Appends the parameters: a JSON object, exactly as stored (keys

@@ -18,7 +18,17 @@ import SpoolStorage
 final class HTTPTransport: CallbackUploadTransport {
     private let session: URLSession
     private let redirects: RedirectPolicy
-    let requestTimeout: TimeInterval
+
+    /// `timeout` as this platform's URLSession honours it: FoundationNetworking
+    /// drops the fraction of a timeout, so under a second every request would
+    /// time out at once.
+    static func effectiveTimeout(_ timeout: TimeInterval) -> TimeInterval {
+        #if canImport(FoundationNetworking)
+            return max(1, timeout)
+        #else
+            return timeout
+        #endif
+    }
 
     /// - Parameter configuration: copied; Spool sets its timeouts, one
     ///   connection per host and no response cache, and keeps everything
@@ -28,12 +38,7 @@ final class HTTPTransport: CallbackUploadTransport {
         requestTimeout: TimeInterval, configuration: URLSessionConfiguration? = nil,
         redirects: RedirectPolicy = RedirectPolicy()
     ) {
-        #if canImport(FoundationNetworking)
-            // FoundationNetworking drops the fraction of a timeout: under a
-            // second, every request would time out at once.
-            let requestTimeout = max(1, requestTimeout)
-        #endif
-        self.requestTimeout = requestTimeout
+        let requestTimeout = Self.effectiveTimeout(requestTimeout)
         self.redirects = redirects
         let given = configuration
         let configuration: URLSessionConfiguration
@@ -80,11 +85,7 @@ final class HTTPTransport: CallbackUploadTransport {
         _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
     ) -> @Sendable () -> Void {
         let task = Protected<URLSessionTask?>(nil)
-        var urlRequest = request.urlRequest
-        #if canImport(FoundationNetworking)
-            urlRequest.timeoutInterval = max(1, urlRequest.timeoutInterval)  // see init
-        #endif
-        send(urlRequest, body: request.body, original: request.url, hops: 0, task: task, completion: completion)
+        send(request.urlRequest, body: request.body, original: request.url, hops: 0, task: task, completion: completion)
         return { task.withLock { $0 }?.cancel() }
     }
 
@@ -131,11 +132,6 @@ final class HTTPTransport: CallbackUploadTransport {
         }
         current.withLock { $0 = task }
         task.resume()
-    }
-
-    /// `Retry-After` as seconds: either delta-seconds or an HTTP date.
-    static func retryAfter(_ header: String?, now: Date = Date()) -> TimeInterval? {
-        HTTPHeaders.retryAfter(header, now: now)
     }
 }
 

@@ -102,8 +102,13 @@ struct UploadClient: Sendable {
     /// the header provider must be asked first.
     func immediateRequest(url: URL, body: Data, eventCount: Int) -> UploadRequest? {
         guard options.headerProvider == nil else { return nil }
-        return UploadRequest(
-            url: url, headers: fixedHeaders, body: body, eventCount: eventCount, timeout: requestTimeout,
+        return request(url: url, headers: fixedHeaders, body: body, eventCount: eventCount)
+    }
+
+    /// A request with this client's timeout and network policy.
+    private func request(url: URL, headers: [String: String], body: Data, eventCount: Int) -> UploadRequest {
+        UploadRequest(
+            url: url, headers: headers, body: body, eventCount: eventCount, timeout: requestTimeout,
             allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
             allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
     }
@@ -130,11 +135,7 @@ struct UploadClient: Sendable {
             sent = gzipped
             headers["Content-Encoding"] = "gzip"
         }
-        let request = UploadRequest(
-            url: url, headers: headers, body: sent, eventCount: eventCount, timeout: requestTimeout,
-            allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
-            allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
-        return (request, gzipped != nil)
+        return (request(url: url, headers: headers, body: sent, eventCount: eventCount), gzipped != nil)
     }
 
     /// `Content-Encoding` and `Content-Length` must match the body: they are

@@ -165,7 +165,9 @@ extension UploadRequest {
     /// the timeout and (on Apple platforms) the network policy. The body is
     /// not set: pass ``body`` to the upload call.
     public var urlRequest: URLRequest {
-        var request = URLRequest(url: url, cachePolicy: .reloadIgnoringLocalCacheData, timeoutInterval: timeout)
+        var request = URLRequest(
+            url: url, cachePolicy: .reloadIgnoringLocalCacheData,
+            timeoutInterval: HTTPTransport.effectiveTimeout(timeout))
         request.httpMethod = "POST"
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         #if !canImport(FoundationNetworking)

@@ -76,7 +76,7 @@ extension Uploader {
     /// Each read renews the lease, as the drain's reads do: a split can take
     /// many requests.
     func sendRange(after position: Int64, count: Int) async throws {
-        let (maximumBytes, consumer, format) = (settings.maximumBodyBytes, Self.consumerID, client.format)
+        let (consumer, format) = (Self.consumerID, client.format)
         let (owner, leaseDuration) = (self.owner, settings.leaseDuration)
         var after = position
         var remaining = count
@@ -89,8 +89,7 @@ extension Uploader {
                     {
                         return (nil, lease)
                     }
-                    let read = try UploadBatch.read(
-                        after: start, limit: limit, anyFormat: format, maximumBytes: maximumBytes, from: connection)
+                    let read = try UploadBatch.read(after: start, limit: limit, anyFormat: format, from: connection)
                     return (read, nil)
                 }
             }
@@ -119,7 +118,7 @@ extension Uploader {
     /// ignored: the lease must outlive every request).
     func exchange(_ batch: UploadBatch) async -> UploadClient.Answer {
         let (client, url, compress, timeout) = (self.client, settings.url, compresses, settings.dispatchTimeout)
-        return await withCheckedContinuation { continuation in
+        let answer = await withCheckedContinuation { continuation in
             let once = Protected(false)
             let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
                 let first = once.withLock { answered in
@@ -128,57 +127,50 @@ extension Uploader {
                 }
                 if first { continuation.resume(returning: answer) }
             }
-            let abandoned = "abandoned: the app was about to be suspended"
+            // What stops the request early, and who was asked.
+            let cancel: @Sendable () -> Void
+            let sender: String
             switch client.sender {
             case .dispatcher(let dispatcher):
                 // Called from here, as before there were transports: a
                 // dispatcher that answers at once costs no thread hop.
-                log.database.asyncAfter(timeout) { _ in
-                    finish(.failed("no answer from the dispatcher within \(Int(timeout)) s"))
-                }
-                inFlightAbandon.withLock { $0 = { finish(.failed(abandoned)) } }
+                (cancel, sender) = ({}, "dispatcher")
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
             case .transport(let transport):
+                sender = "transport"
                 if !compress, let callback = client.callbackTransport,
                     let request = client.immediateRequest(url: url, body: batch.body, eventCount: batch.count)
                 {
                     // Nothing to do off the database queue: sent from here,
                     // and the answer comes back with one hop.
-                    let cancel = callback.send(request) { finish(UploadClient.answer($0)) }
-                    inFlightAbandon.withLock { abandon in
-                        abandon = {
-                            cancel()
-                            finish(.failed(abandoned))
-                        }
+                    cancel = callback.send(request) { finish(UploadClient.answer($0)) }
+                } else {
+                    // A task, not structured work: gzip and the header provider
+                    // run off the database queue, and a transport that ignores
+                    // cancellation must not hold the uploader past its timeout.
+                    let task = Task {
+                        finish(
+                            await client.exchange(
+                                through: transport, url: url, body: batch.body, eventCount: batch.count,
+                                compress: compress))
                     }
-                    log.database.asyncAfter(timeout) { _ in
-                        cancel()
-                        finish(.failed("no answer from the transport within \(Int(timeout)) s"))
-                    }
-                    return
-                }
-                // A task, not structured work: gzip and the header provider
-                // run off the database queue, and a transport that ignores
-                // cancellation must not hold the uploader past its timeout.
-                let task = Task {
-                    finish(
-                        await client.exchange(
-                            through: transport, url: url, body: batch.body, eventCount: batch.count,
-                            compress: compress))
-                }
-                inFlightAbandon.withLock { abandon in
-                    abandon = {
-                        task.cancel()
-                        finish(.failed(abandoned))
-                    }
-                }
-                log.database.asyncAfter(timeout) { _ in
-                    task.cancel()
-                    finish(.failed("no answer from the transport within \(Int(timeout)) s"))
+                    cancel = { task.cancel() }
                 }
             }
+            inFlightAbandon.withLock { abandon in
+                abandon = {
+                    cancel()
+                    finish(.failed("abandoned: the app was about to be suspended"))
+                }
+            }
+            log.database.asyncAfter(timeout) { _ in
+                cancel()
+                finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
+            }
         }
+        inFlightAbandon.withLock { $0 = nil }
+        return answer
     }
 
     // MARK: - Settling events

@@ -25,9 +25,6 @@ actor Uploader {
         var batchSize: Int
         var timerInterval: TimeInterval
         var retry: RetryPolicy
-        /// The largest body before compression; the format's own bound
-        /// applies too.
-        var maximumBodyBytes = SpoolBatchFormat.maximumBodyBytes
         /// A dispatcher that has not answered after this long has failed (its
         /// late answer is ignored).
         var dispatchTimeout: TimeInterval = 60
@@ -35,6 +32,12 @@ actor Uploader {
         /// How long a lease lasts: longer than any request, so a live holder
         /// never loses it mid-request.
         var leaseDuration: TimeInterval { dispatchTimeout + 30 }
+
+        /// Whether `pending` events call for a flush without waiting for the
+        /// timer: a full batch, or any at all with a zero interval.
+        func flushIsDue(pending: Int64) -> Bool {
+            pending > 0 && (pending >= Int64(batchSize) || timerInterval == 0)
+        }
     }
 
     // Internal rather than private where Uploader+Sending.swift, which sends
@@ -125,7 +128,7 @@ actor Uploader {
                 }
             }
         }
-        if pending > 0 && (pending >= settings.batchSize || settings.timerInterval == 0) { trigger(force: false) }
+        if settings.flushIsDue(pending: pending) { trigger(force: false) }
     }
 
     /// Stops the timer and retries and lets a request in flight finish (at
@@ -159,8 +162,7 @@ actor Uploader {
         let due = signals.withLock { signals -> Bool in
             signals.head = max(signals.head, head)
             guard !signals.flushRequested else { return false }
-            guard signals.pending >= settings.batchSize || (settings.timerInterval == 0 && signals.pending > 0)
-            else { return false }
+            guard settings.flushIsDue(pending: signals.pending) else { return false }
             signals.flushRequested = true
             return true
         }
@@ -351,8 +353,7 @@ actor Uploader {
                     return (.heldElsewhere(lease), position, head)
                 }
                 switch try UploadBatch.read(
-                    after: position, limit: settings.batchSize, anyFormat: format,
-                    maximumBytes: settings.maximumBodyBytes, from: connection)
+                    after: position, limit: settings.batchSize, anyFormat: format, from: connection)
                 {
                 case .batch(let batch)?: return (.batch(batch), position, head)
                 case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
