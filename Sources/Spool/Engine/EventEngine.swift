@@ -243,9 +243,7 @@ public final class EventEngine: Sendable {
             // Leave nothing half-started: the engine can be started again.
             await stopUploader()
             uploaderBox.withLock { $0 = nil }
-            await releaseLeases(log)
-            detach(log)
-            log.database.close()
+            await closeDatabase(log)
             state.withLock { $0.phase = .idle }
             throw SpoolError.bridge(error)
         }
@@ -263,9 +261,7 @@ public final class EventEngine: Sendable {
         if closedMeanwhile {
             // close() ran while this was opening: close what was opened.
             await stopUploader()
-            await releaseLeases(log)
-            detach(log)
-            log.database.close()
+            await closeDatabase(log)
             throw SpoolError.closed
         }
         log.database.onDeferredWork.withLock { handler in
@@ -347,9 +343,7 @@ public final class EventEngine: Sendable {
         log?.database.resume()  // what close() commits and saves needs the file
         guard let log else {
             for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
-            events.finishAll()
-            surveys.finishAll()
-            diagnosticsCenter.finishAll()
+            finishSubscribers()
             return 0
         }
         for var entry in waiting {
@@ -368,13 +362,24 @@ public final class EventEngine: Sendable {
                 "\(report.uncommitted) accepted events could not be committed before the database closed")
         }
         await delivery.drain()
+        await closeDatabase(log)
+        finishSubscribers()
+        return report.uncommitted
+    }
+
+    /// With the uploader stopped: gives up every lease, lets go of what the
+    /// log's handlers and the delivery queue hold, and closes the database.
+    private func closeDatabase(_ log: EventLog) async {
         await releaseLeases(log)
         detach(log)
+        log.database.close()
+    }
+
+    /// Ends every stream and drops every registration and diagnostic handler.
+    private func finishSubscribers() {
         events.finishAll()
         surveys.finishAll()
         diagnosticsCenter.finishAll()
-        log.database.close()
-        return report.uncommitted
     }
 
     /// Returns once every event accepted so far is committed and delivered,

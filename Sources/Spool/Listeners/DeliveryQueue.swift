@@ -93,26 +93,33 @@ package final class DeliveryQueue: @unchecked Sendable {
     private func deliver(_ events: [StoredEvent]) {
         dispatchPrecondition(condition: .onQueue(queue))
         let policy = self.policy()
-        let hasObservers = !observers.snapshot().isEmpty || !observers.registrations.isEmpty
+        let hasObservers = !observers.isEmpty || !observers.registrations.isEmpty
         let follower = self.follower?.isActive == true ? self.follower : nil
         guard hasObservers || follower != nil || !durables.isEmpty else { return }
         for event in events {
-            // Built once per event, for everyone it is delivered to.
+            let allowed = policy.allows(event.name)
+            let listeners = allowed && hasObservers ? observers.snapshot() : []
+            let entries =
+                allowed && hasObservers ? observers.registrations.snapshot(.named(event.name), .everyEvent) : []
+            // Parsed from the stored JSON once per event, and only when
+            // someone gets it (a registration for another name does not).
             let parameters =
-                policy.allows(event.name) && (hasObservers || !durables.isEmpty)
+                allowed && (!listeners.isEmpty || !entries.isEmpty || !durables.isEmpty)
                 ? event.deliveredParameters : nil
-            if hasObservers, let parameters { deliverToObservers(event, parameters) }
+            if let parameters { deliverToObservers(event, parameters, listeners, entries) }
             deliverToDurables(event, parameters: parameters, policy: policy)
         }
         follower?.follow(events)
         savePositions()
     }
 
-    private func deliverToObservers(_ stored: StoredEvent, _ parameters: [String: EventValue]) {
-        for listener in observers.snapshot() {
+    private func deliverToObservers(
+        _ stored: StoredEvent, _ parameters: [String: EventValue], _ listeners: [WeakBox<any EventListener>],
+        _ entries: [SubscriptionRegistry<EventTopic, RecordedEvent>.Entry]
+    ) {
+        for listener in listeners {
             listener.object?.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
         }
-        let entries = observers.registrations.snapshot(.named(stored.name), .everyEvent)
         guard !entries.isEmpty else { return }
         let recorded = RecordedEvent(stored, parameters: parameters)
         for entry in entries { entry.callback(recorded) }

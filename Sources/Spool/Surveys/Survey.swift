@@ -32,9 +32,12 @@ public struct Survey: Sendable, Hashable {
     /// events or `flush_event`, so a wildcard survey is not re-triggered by
     /// its own `survey_dismissed`.
     public func isCandidate(for eventName: String) -> Bool {
-        guard !SurveyLifecycleEvent.isLifecycle(eventName), eventName != ReservedEventName.heartbeat else {
-            return false
-        }
-        return triggerEventNames?.contains(eventName) ?? true
+        Self.mayTrigger(eventName) && (triggerEventNames?.contains(eventName) ?? true)
+    }
+
+    /// False for the events that never trigger a survey: the survey
+    /// lifecycle events and `flush_event`.
+    static func mayTrigger(_ eventName: String) -> Bool {
+        !SurveyLifecycleEvent.isLifecycle(eventName) && eventName != ReservedEventName.heartbeat
     }
 }

@@ -37,7 +37,7 @@ public final class SurveyCenter: Sendable {
             wildcards = ordered.filter { $0.triggerEventNames == nil }
             byTrigger = [:]
             for name in Set(ordered.flatMap { $0.triggerEventNames ?? [] }) {
-                byTrigger[name] = ordered.filter { $0.triggerEventNames?.contains(name) ?? true }
+                byTrigger[name] = ordered.filter { $0.isCandidate(for: name) }
             }
         }
     }
@@ -214,7 +214,7 @@ public final class SurveyCenter: Sendable {
 
     /// The surveys `name` makes candidates, in registration order.
     func candidates(for name: String) -> [Survey] {
-        guard !SurveyLifecycleEvent.isLifecycle(name), name != ReservedEventName.heartbeat else { return [] }
+        guard Survey.mayTrigger(name) else { return [] }
         return state.withLock { $0.byTrigger[name] ?? $0.wildcards }
     }
 
