@@ -10,11 +10,11 @@ import Dispatch
 /// replaces it with a WAL hook on the writer connection that asks this object
 /// for a `PASSIVE` checkpoint, which never blocks the writer.
 package final class Checkpointer: @unchecked Sendable {
-    // Safe: `connection` is only touched on `queue`; `pending` is behind its lock.
+    // Safe: `connection` is only touched on `queue`; `flags` is behind its lock.
     private let queue = DispatchQueue(label: "spool.checkpoint", qos: .utility)
     private var connection: Connection?
-    private let pending = Protected(false)
-    private let paused = Protected(false)
+    /// A pass is queued; passes are paused (the app is in the background).
+    private let flags = Protected((pending: false, paused: false))
     /// WAL pages after which a background checkpoint is requested (SQLite's
     /// default threshold too).
     package let thresholdPages: Int32
@@ -76,16 +76,14 @@ package final class Checkpointer: @unchecked Sendable {
 
     /// Asks for a checkpoint; requests while one is pending coalesce.
     package func request() {
-        let start = pending.withLock { pending in
-            defer { pending = true }
-            return !pending
+        let start = flags.withLock { flags in
+            guard !flags.pending, !flags.paused else { return false }
+            flags.pending = true
+            return true
         }
-        guard start, !paused.withLock({ $0 }) else {
-            if start { pending.withLock { $0 = false } }
-            return
-        }
+        guard start else { return }
         queue.async {
-            self.pending.withLock { $0 = false }
+            self.flags.withLock { $0.pending = false }
             self.checkpoint()
         }
     }
@@ -99,13 +97,13 @@ package final class Checkpointer: @unchecked Sendable {
 
     /// Waits for a running checkpoint and starts no other until ``resume()``.
     package func pause() async {
-        paused.withLock { $0 = true }
+        flags.withLock { $0.paused = true }
         await withCheckedContinuation { continuation in queue.async { continuation.resume() } }
     }
 
     /// Checkpoints again, starting with one pass now.
     package func resume() {
-        paused.withLock { $0 = false }
+        flags.withLock { $0.paused = false }
         request()
     }
 
