@@ -19,9 +19,10 @@ extension EventEngine {
     /// uploaded after this returns. Durable listeners resume with the events
     /// recorded after it; they are not told of the erased ones as drops.
     ///
-    /// While the disk is full, events whose commit failed stay buffered in
-    /// memory and are not erased: they are committed when space returns.
-    /// Call this again once commits succeed
+    /// While the disk is full, events whose commit failed are dropped from
+    /// memory and never reach the file (a `recordDurably` waiting for one
+    /// throws ``SpoolError/erased``). If the rows cannot be deleted on the
+    /// full disk, this throws: call it again once commits succeed
     /// (``SpoolDiagnostic/Kind/commitRecovered``).
     ///
     /// Use it for an account deletion or an erasure request (GDPR, CCPA).
