@@ -155,7 +155,7 @@ struct AppendBenchmarks {
                 unit: "×", target: 1.2, comparison: .atMost))
         report.add(
             Row(
-                area: "append", name: "WAL file size at a 1M backlog", value: Double(walBytes) / 1_048_576, unit: "MB",
+                area: "append", name: "WAL file size at a 1M backlog", value: megabytes(walBytes), unit: "MB",
                 detail: "bounded by the writer's RESTART checkpoint past 4000 pages"))
         report.add(
             Row(
@@ -166,7 +166,7 @@ struct AppendBenchmarks {
                     : "FoundationNetworking with libcurl and its TLS/krb5/ldap libraries is 6.4 MB of it on Linux"))
         report.add(
             Row(
-                area: "append", name: "peak RSS while building a 1M backlog", value: Double(peakRSS()) / 1_048_576,
+                area: "append", name: "peak RSS while building a 1M backlog", value: megabytes(peakRSS()),
                 unit: "MB", detail: "\(total) events in the log; \(formatMegabytes(startRSS)) before opening",
                 target: 30, comparison: .atMost))
     }

@@ -11,18 +11,35 @@ struct DrainBenchmarks {
     let quick: Bool
     let report: Report
 
-    /// Answers every batch at once with the configured status.
+    /// Answers every batch at once with `status` (no network), which a run
+    /// may change: refuse while the log fills, then accept.
     final class StubDispatcher: EventDispatcher, BatchingPolicy {
-        let status = Locked(500)
-        let bytes = Locked(0)
-        let batchSize = 100
+        let status: Locked<Int>
+        let batchSize: Int
         let timerInterval: TimeInterval = 3_600
-        let maxQueueSize = 10_000_000
+        let maxQueueSize: Int
+        init(status: Int, batchSize: Int, maxQueueSize: Int) {
+            self.status = Locked(status)
+            self.batchSize = batchSize
+            self.maxQueueSize = maxQueueSize
+        }
         func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
-            bytes.withLock { $0 += event.body.count }
             completionHandler?(.response(status: status.withLock { $0 }, retryAfter: nil, message: nil))
         }
         func flushEvents() {}
+    }
+
+    /// An engine on the file `database` that uploads through `dispatcher`
+    /// only (the collector URL is never reached) and waits an hour after a
+    /// refusal, so a refused upload parks the uploader until a flush.
+    static func stubbedConfiguration(
+        database: URL, dispatcher: any EventDispatcher,
+        maximumRetainedEvents: Int? = EngineConfiguration().maximumRetainedEvents
+    ) -> EngineConfiguration {
+        EngineConfiguration(
+            database: .file(database), maximumRetainedEvents: maximumRetainedEvents,
+            collectorURL: URL(string: "http://127.0.0.1:9/stub")!, dispatcher: dispatcher,
+            retryPolicy: RetryPolicy(initialDelay: 3_600))
     }
 
     func run() async throws {
@@ -53,12 +70,8 @@ struct DrainBenchmarks {
 
     func spoolDrain(count: Int) async throws -> Double {
         let scratch = Scratch("drain")
-        let stub = StubDispatcher()
-        let engine = EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(scratch.database), collectorURL: URL(string: "http://127.0.0.1:9/stub")!,
-                dispatcher: stub,
-                retryPolicy: RetryPolicy(initialDelay: 3_600)))
+        let stub = StubDispatcher(status: 500, batchSize: 100, maxQueueSize: 10_000_000)
+        let engine = EventEngine(configuration: Self.stubbedConfiguration(database: scratch.database, dispatcher: stub))
         try await engine.start()
         // Fill while the stub refuses; the first refusal parks the uploader in backoff.
         for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }

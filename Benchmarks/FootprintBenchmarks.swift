@@ -10,24 +10,10 @@ struct FootprintBenchmarks {
     let quick: Bool
     let report: Report
 
-    /// A dispatcher that answers with `status` at once (no network).
-    final class Stub: EventDispatcher, BatchingPolicy {
-        let status: Int
-        let batchSize = 1_000
-        let timerInterval: TimeInterval = 3_600
-        let maxQueueSize = 5_000_000
-        init(status: Int) { self.status = status }
-        func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
-            completionHandler?(.response(status: status, retryAfter: nil, message: nil))
-        }
-        func flushEvents() {}
-    }
-
+    /// An engine whose uploads are answered with `status` at once (no network).
     static func engine(_ database: URL, status: Int) -> EventEngine {
-        EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(database), collectorURL: URL(string: "http://127.0.0.1:9/stub")!,
-                dispatcher: Stub(status: status), retryPolicy: RetryPolicy(initialDelay: 3_600)))
+        let stub = DrainBenchmarks.StubDispatcher(status: status, batchSize: 1_000, maxQueueSize: 5_000_000)
+        return EventEngine(configuration: DrainBenchmarks.stubbedConfiguration(database: database, dispatcher: stub))
     }
 
     var count: Int { quick ? 200_000 : 1_000_000 }

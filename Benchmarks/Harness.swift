@@ -176,10 +176,7 @@ final class Report {
     /// Runs `phase` in a fresh child process (this executable with `--phase`),
     /// so its memory measurements start clean, and adds the rows it reports.
     func runIsolated(_ phase: String, quick: Bool) throws {
-        let output = try runPhase(phase, quick ? ["--quick"] : [])
-        for line in output.split(separator: "\n") where line.hasPrefix("ROW ") {
-            add(try Row.decoder().decode(Row.self, from: Data(line.dropFirst(4).utf8)))
-        }
+        _ = try runIsolatedValues(phase, quick ? ["--quick"] : [])
     }
 
     /// Runs a phase in a fresh process with `arguments` and returns the

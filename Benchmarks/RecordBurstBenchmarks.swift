@@ -39,7 +39,7 @@ struct RecordBurstBenchmarks {
         let recorded = now()
         try await engine.settle()
         let seconds = Double(now() - started) / 1e9
-        let peak = Double(peakRSS()) / 1_048_576
+        let peak = megabytes(peakRSS())
         let stored = try await engine.storedEventCount(named: "purchase")
         await engine.close()
         let samples = calls

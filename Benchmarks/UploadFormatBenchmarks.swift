@@ -155,10 +155,8 @@ struct UploadFormatBenchmarks {
             batchSize: 100, timerInterval: 3_600, maxQueueSize: count * 2, format: format,
             request: UploadRequestOptions(compression: compression), transport: transport ?? stub)
         let engine = EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(scratch.database), maximumRetainedEvents: count * 2,
-                collectorURL: URL(string: "http://127.0.0.1:9/stub")!, dispatcher: dispatcher,
-                retryPolicy: RetryPolicy(initialDelay: 3_600)))
+            configuration: DrainBenchmarks.stubbedConfiguration(
+                database: scratch.database, dispatcher: dispatcher, maximumRetainedEvents: count * 2))
         try await engine.start()
         for index in 0..<count {
             let (name, parameters) = Self.variants[index % Self.variants.count]

@@ -52,27 +52,16 @@ if let phase {
     case "footprint-erase": try await FootprintBenchmarks.erase(phaseDatabase!)
     case "footprint-drain": try await FootprintBenchmarks.drain(phaseDatabase!)
     case "caller":
-        // record()'s caller side alone, for a profiler: opted out, so nothing is appended.
-        let gated = EventEngine(configuration: EngineConfiguration(consent: false))
-        try await gated.start()
-        let start = now()
-        for _ in 0..<2_000_000 { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
-        print("caller side, no append:", formatNumber(Double(now() - start) / 2e9 * 1e3), "µs")
-        await gated.close()
+        // record()'s caller side alone, for a profiler.
+        print("caller side, no append:", formatNumber(try await callerSide(2_000_000).wall), "µs")
     case "record-parts":
-        // Where record's time goes: the caller's side alone (validate, encode,
-        // gates — opted out, so nothing is appended), the writer alone
+        // Where record's time goes: the caller's side alone, the writer alone
         // (prebuilt records with history rows), and the whole path.
         let count = 300_000
-        let gated = EventEngine(configuration: EngineConfiguration(consent: false))
-        try await gated.start()
-        var start = now()
-        let gatedCPU = processCPUTime()
-        for _ in 0..<count { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        let caller = try await callerSide(count)
         print(
-            "caller side, no append:", formatNumber(Double(now() - start) / Double(count) / 1_000), "µs;",
-            "process CPU", formatNumber((processCPUTime() - gatedCPU) / Double(count) * 1e6), "µs/event")
-        await gated.close()
+            "caller side, no append:", formatNumber(caller.wall), "µs;",
+            "process CPU", formatNumber(caller.cpu), "µs/event")
         for (history, index) in [(false, true), (true, true), (true, false)] {
             let scratch = Scratch("parts")
             let database = try DatabaseQueue(path: scratch.database.path)
@@ -81,7 +70,7 @@ if let phase {
             let record = EventRecord(
                 name: "purchase", parametersJSON: ListenerBenchmarks.encodedParameters,
                 recordedAt: Date().timeIntervalSince1970, sessionID: AppendBenchmarks.session, addsToHistory: history)
-            start = now()
+            let start = now()
             let cpu = processCPUTime()
             for _ in 0..<count { try log.append(record) }
             let appended = now()
@@ -145,3 +134,18 @@ if only == "drain" {
 report.printTable()
 try report.write(to: output, quick: quick)
 print("results written to \(output) in \(formatNumber(Date().timeIntervalSince(started))) s")
+
+/// record()'s caller side alone — validate, encode, gates — `count` times on
+/// an opted-out engine, so nothing is appended: wall time and process CPU
+/// per call, in µs.
+func callerSide(_ count: Int) async throws -> (wall: Double, cpu: Double) {
+    let gated = EventEngine(configuration: EngineConfiguration(consent: false))
+    try await gated.start()
+    let start = now()
+    let cpu = processCPUTime()
+    for _ in 0..<count { try gated.record("purchase", parameters: ListenerBenchmarks.parameters) }
+    let wall = Double(now() - start) / Double(count) / 1_000
+    let cpuPerCall = (processCPUTime() - cpu) / Double(count) * 1e6
+    await gated.close()
+    return (wall, cpuPerCall)
+}
