@@ -146,17 +146,10 @@ struct DispatcherRuleTests {
     @Test("D6: no request body over 3.5 MB; a larger batch is split")
     func largeBatchesAreSplit() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
-        try await engine.start()
-        let blob = String(repeating: "x", count: 900_000)
-        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
-        try await engine.flush()
-        let requests = collector.requests()
+        let (collector, requests, ids) = try await flushSixLargeEvents(directory)
         #expect(requests.count >= 2)
         #expect(requests.allSatisfy { $0.bytes <= 3_500_000 }, "\(requests.map(\.bytes))")
         #expect(Set(ids).isSubset(of: Set(collector.acceptedIDs())))
-        await engine.close()
     }
 
     @Test("D7: POST to the event's url, body as given, content-type application/json")

@@ -245,6 +245,23 @@ func readFirstLine(_ descriptor: Int32, timeout: TimeInterval) -> String {
     return String(decoding: bytes, as: UTF8.self)
 }
 
+/// Six events of 900 KB each (5.4 MB, over the 3.5 MB bound for a request
+/// body), recorded with batchSize 10 and flushed to a new collector: the
+/// collector (alive while the caller holds it), what it received, and the
+/// events' ids.
+func flushSixLargeEvents(_ directory: TemporaryDirectory) async throws -> (
+    collector: TestCollector, requests: [TestCollector.Request], ids: [String]
+) {
+    let collector = try TestCollector(directory)
+    let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+    try await engine.start()
+    let blob = String(repeating: "x", count: 900_000)
+    let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
+    try await engine.flush()
+    await engine.close()
+    return (collector, collector.requests(), ids)
+}
+
 /// Records `count` events named `<prefix><index>` and returns their ids in
 /// record order.
 func recordEvents(

@@ -209,19 +209,12 @@ struct UploadRequestTests {
     @Test("the 3.5 MB bound is on the body before compression: a batch that gzips small is still split")
     func boundBeforeCompression() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
-        try await engine.start()
-        let blob = String(repeating: "x", count: 900_000)
-        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
-        try await engine.flush()
-        let requests = collector.requests()
+        let (collector, requests, ids) = try await flushSixLargeEvents(directory)
         #expect(requests.count >= 2, "split although all of it gzips to a few KB")
         #expect(requests.allSatisfy { $0.content_encoding == "gzip" && $0.bytes < 100_000 }, "\(requests.map(\.bytes))")
         #expect(
             requests.allSatisfy { ($0.decoded_bytes ?? .max) <= 3_500_000 }, "\(requests.map(\.decoded_bytes))")
         #expect(Set(collector.acceptedIDs()).isSuperset(of: ids))
-        await engine.close()
     }
 
     // MARK: - A custom transport
