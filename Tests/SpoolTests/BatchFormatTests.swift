@@ -13,10 +13,7 @@ struct BatchFormatTests {
         async throws -> (EventEngine, [String])
     {
         let engine = try await startedEngine()
-        var ids: [String] = []
-        for index in 0..<count {
-            if case .recorded(let id) = try engine.record("event_\(index)", parameters: parameters) { ids.append(id) }
-        }
+        let ids = try recordEvents(engine, count, prefix: "event_", parameters: { _ in parameters })
         try await engine.settle()
         return (engine, ids)
     }

@@ -264,10 +264,7 @@ struct DispatcherRuleTests {
         collector.stop()  // offline
         let first = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await first.start()
-        var ids: [String] = []
-        for index in 0..<20 {
-            if case .recorded(let id) = try first.record("offline_\(index)") { ids.append(id) }
-        }
+        let ids = try recordEvents(first, 20, prefix: "offline_", parameters: { _ in [:] })
         await #expect(throws: UploadError.self) { try await first.flush() }
         await first.close()
 

@@ -149,12 +149,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: try segment())
         try await engine.start()
         let medium = String(repeating: "m", count: 20_000)
-        var ids: [String] = []
-        for index in 0..<40 {
-            if case .recorded(let id) = try engine.record("medium_\(index)", parameters: ["blob": .string(medium)]) {
-                ids.append(id)
-            }
-        }
+        let ids = try recordEvents(engine, 40, prefix: "medium_", parameters: { _ in ["blob": .string(medium)] })
         let huge = try engine.record("huge", parameters: ["blob": .string(String(repeating: "h", count: 40_000))])
         let after = try recordEvents(engine, 2, prefix: "after", parameters: Self.parameters)
         try await engine.flush()
