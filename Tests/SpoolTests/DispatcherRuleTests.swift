@@ -158,11 +158,7 @@ struct DispatcherRuleTests {
         let collector = try TestCollector(directory)
         let dispatcher = DefaultEventDispatcher()
         let body = Data(#"{"exactly":"these bytes","n":[1,2.50,3]}"#.utf8)
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(body, to: collector.url)
         #expect(outcome.isSuccess)
         let request = try #require(collector.requests().first)
         #expect(request.method == "POST")
@@ -171,11 +167,7 @@ struct DispatcherRuleTests {
 
         // A non-2xx answer is reported as such, never as success.
         try await collector.control(["mode": "status", "status": 503, "retry_after": "7"])
-        let failed = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let failed = await dispatcher.dispatch(body, to: collector.url)
         #expect(!failed.isSuccess)
         guard case .response(503, let retryAfter, _) = failed else {
             Issue.record("\(failed)")

@@ -170,13 +170,7 @@ struct ConfigurationEdgeTests {
         let dispatcher = DefaultEventDispatcher(requestTimeout: timeout)
         #expect(dispatcher.requestTimeout == 86_400)
         // A request to a closed loopback port answers at once.
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(
-                event: EventForDispatch(url: URL(string: "http://127.0.0.1:9/x")!, body: Data("{}".utf8))
-            ) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(Data("{}".utf8), to: URL(string: "http://127.0.0.1:9/x")!)
         #expect(!outcome.isSuccess)
     }
 

@@ -21,15 +21,8 @@ struct RedirectTests {
         #"{"sentAt":"2026-11-29T10:15:31.002Z","events":[{"id":"r1","name":"café ☕","parameters":{"s":"a\"b\\c"}}]}"#
             .utf8)
 
-    /// One upload through the built-in dispatcher, as the uploader sends it.
-    func dispatch(to url: URL, body: Data = RedirectTests.body) async -> DispatchOutcome {
-        let dispatcher = DefaultEventDispatcher(requestTimeout: 2)
-        return await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: url, body: body)) { outcome in
-                continuation.resume(returning: outcome)
-            }
-        }
-    }
+    /// The built-in dispatcher, a new one for each upload, as the uploader sends.
+    static var dispatcher: DefaultEventDispatcher { DefaultEventDispatcher(requestTimeout: 2) }
 
     /// Where a redirect from `collector` points for `target`.
     func location(_ target: Target, collector: TestCollector, other: TestCollector) -> String {
@@ -62,7 +55,7 @@ struct RedirectTests {
         let location = location(target, collector: collector, other: other)
         try await collector.control(["mode": "redirect", "status": status, "location": location, "times": 1])
 
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
 
         // The transport is done: nothing can still arrive anywhere.
         let requests = collector.requests()
@@ -95,7 +88,7 @@ struct RedirectTests {
             "mode": "redirect", "status": 308, "location": "http://127.0.0.1:\(collector.port)/other",
             "path_status": ["/other": 503], "retry_after": "7",
         ])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(outcome == .response(status: 503, retryAfter: 7, message: "path status"))
         #expect(collector.requests().map(\.status) == [308, 503])
     }
@@ -105,7 +98,7 @@ struct RedirectTests {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": "/other", "times": 1])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(outcome.isSuccess)
         let requests = collector.requests()
         #expect(requests.map(\.path) == ["/collect", "/other"])
@@ -117,7 +110,7 @@ struct RedirectTests {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "times": 1])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(
             outcome
                 == .response(
@@ -130,7 +123,7 @@ struct RedirectTests {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": collector.url.absoluteString])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         guard case .response(let status, let retryAfter, let message) = outcome else {
             Issue.record("\(outcome)")
             return

@@ -193,6 +193,15 @@ final class TestCollector: @unchecked Sendable {
     }
 }
 
+extension EventDispatcher {
+    /// Dispatches `body` to `url` and waits for the completion handler's outcome.
+    func dispatch(_ body: Data, to url: URL) async -> DispatchOutcome {
+        await withCheckedContinuation { continuation in
+            dispatchEvent(event: EventForDispatch(url: url, body: body)) { continuation.resume(returning: $0) }
+        }
+    }
+}
+
 /// A fast retry policy for tests: 50 ms doubling to 400 ms.
 let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
 

@@ -87,11 +87,7 @@ struct UploadRequestTests {
             format: try SegmentBatchFormat(writeKey: "wk", anonymousId: "a"),
             request: UploadRequestOptions(headers: ["X-API-Key": "k"]))
         let body = Data(#"{"batch":[]}"#.utf8)
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(body, to: collector.url)
         #expect(outcome.isSuccess)
         let request = try #require(collector.requests().first)
         #expect(request.rawBody == body && request.content_encoding == nil)
@@ -142,17 +138,10 @@ struct UploadRequestTests {
             "mode": "redirect", "status": 302, "location": other.url.absoluteString, "times": 1,
         ])
         let body = Data(#"{"events":[]}"#.utf8)
-        let send = {
-            await withCheckedContinuation { continuation in
-                dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                    continuation.resume(returning: $0)
-                }
-            }
-        }
-        let redirected = await send()
+        let redirected = await dispatcher.dispatch(body, to: collector.url)
         #expect(!redirected.isSuccess)
         #expect(other.requests().isEmpty, "the redirect was not followed")
-        #expect(await send().isSuccess)
+        #expect(await dispatcher.dispatch(body, to: collector.url).isSuccess)
         #expect(collector.requests().map { $0.header("X-From-Configuration") } == ["yes", "yes"])
     }
 
