@@ -132,6 +132,19 @@ var buildProductsDirectory: URL {
     return executable.resolvingSymlinksInPath().deletingLastPathComponent()
 }
 
+/// A string `YYYY-MM-DDTHH:MM:SS.sssZ`: digits where digits go, the
+/// separators in place, nothing more (no Regex: it needs macOS 13, above the
+/// floor).
+func isISOMilliseconds(_ value: Any?) -> Bool {
+    guard let text = value as? String else { return false }
+    let shape = Array("dddd-dd-ddTdd:dd:dd.dddZ".utf8)
+    let bytes = Array(text.utf8)
+    guard bytes.count == shape.count else { return false }
+    return zip(bytes, shape).allSatisfy { byte, expected in
+        expected == UInt8(ascii: "d") ? (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) : byte == expected
+    }
+}
+
 /// A JSON object with `count` small parameters, as stored.
 func sampleParameters(_ index: Int) -> String {
     #"{"index":\#(index),"screen":"home","price":9.99}"#
