@@ -215,8 +215,7 @@ struct PrivacyTests {
         #expect(full > 10_000_000, "\(full) bytes with the queue full")
         try await collector.control(["mode": "ok"])
         try await engine.flush()
-        let deadline = Date().addingTimeInterval(20)
-        while size() > 2_000_000 && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
+        try await waitUntil(timeout: 20, interval: 0.05) { size() <= 2_000_000 }
         print("file + WAL: \(full >> 10) KiB with 10,000 events queued, \(size() >> 10) KiB after the drain")
         #expect(size() < 2_000_000, "file + WAL after the drain: \(size()) bytes")
         await engine.close()

@@ -60,6 +60,21 @@ extension Trait where Self == ConditionTrait {
     }
 }
 
+/// Polls `condition` every `interval` until it holds or `timeout` passes —
+/// for work that lands on another queue, task or process. Returns whether it
+/// held; the caller's expectations say what a timeout means.
+@discardableResult
+func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
+    async throws -> Bool
+{
+    let deadline = Date().addingTimeInterval(timeout)
+    while try !condition() {
+        guard Date() < deadline else { return false }
+        try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
+    }
+    return true
+}
+
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
