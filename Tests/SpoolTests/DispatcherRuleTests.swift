@@ -9,7 +9,7 @@ import Testing
 /// engine, which would flush the size and timer tests early.
 @Suite(.serialized)
 struct DispatcherRuleTests {
-    @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default")
+    @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default", .needsChildProcesses)
     func batchSizeRules() async throws {
         #expect(DefaultEventDispatcher().batchSize == 10)
         #expect(DefaultEventDispatcher(batchSize: 1).batchSize == 1)
@@ -27,7 +27,7 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before")
+    @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before", .needsChildProcesses)
     func flushesBySize() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -43,7 +43,9 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes")
+    @Test(
+        "P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
+        .needsChildProcesses)
     func timerRules() async throws {
         #expect(DefaultEventDispatcher().timerInterval == 60)
         #expect(DefaultEventDispatcher(timerInterval: 0).timerInterval == 0)
@@ -72,8 +74,8 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted"
-    )
+        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
+        .needsChildProcesses)
     func queueSizeRules() async throws {
         #expect(DefaultEventDispatcher().maxQueueSize == 10_000)
         #expect(DefaultEventDispatcher(maxQueueSize: 99).maxQueueSize == 10_000)
@@ -111,8 +113,8 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D5: backingStore .file is the SQLite file named by dataStoreName, .memory keeps no file, .userDefaults maps to the file"
-    )
+        "D5: backingStore .file is the SQLite file named by dataStoreName, .memory keeps no file, .userDefaults maps to the file",
+        .needsChildProcesses)
     func backingStores() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -143,7 +145,7 @@ struct DispatcherRuleTests {
         #expect(DefaultEventDispatcher().dataStoreName == "OPTEventQueue")
     }
 
-    @Test("D6: no request body over 3.5 MB; a larger batch is split")
+    @Test("D6: no request body over 3.5 MB; a larger batch is split", .needsChildProcesses)
     func largeBatchesAreSplit() async throws {
         let directory = TemporaryDirectory()
         let (collector, requests, ids) = try await flushSixLargeEvents(directory)
@@ -152,7 +154,7 @@ struct DispatcherRuleTests {
         #expect(Set(ids).isSubset(of: Set(collector.acceptedIDs())))
     }
 
-    @Test("D7: POST to the event's url, body as given, content-type application/json")
+    @Test("D7: POST to the event's url, body as given, content-type application/json", .needsChildProcesses)
     func postsTheBodyAsGiven() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -221,7 +223,9 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("D9: entering background flushes; a notifier serves hosts that cannot observe the lifecycle")
+    @Test(
+        "D9: entering background flushes; a notifier serves hosts that cannot observe the lifecycle",
+        .needsChildProcesses)
     func backgroundFlush() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -249,7 +253,9 @@ struct DispatcherRuleTests {
         #expect(collector.acceptedIDs().contains(id), "uploaded on entering the background, before suspending")
     }
 
-    @Test("D1: events recorded while the collector is unreachable stay queued across restarts and go out in order")
+    @Test(
+        "D1: events recorded while the collector is unreachable stay queued across restarts and go out in order",
+        .needsChildProcesses)
     func offlineAcrossRestarts() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)

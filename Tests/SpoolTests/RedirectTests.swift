@@ -47,7 +47,7 @@ struct RedirectTests {
 
     @Test(
         "only a same-origin 307 or 308 is followed; every other redirect comes back as itself",
-        arguments: redirectStatuses, Target.allCases)
+        .needsChildProcesses, arguments: redirectStatuses, Target.allCases)
     func redirectMatrix(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -80,7 +80,7 @@ struct RedirectTests {
         }
     }
 
-    @Test("a followed redirect reports the follow-up's answer, Retry-After included")
+    @Test("a followed redirect reports the follow-up's answer, Retry-After included", .needsChildProcesses)
     func followUpAnswerIsTheOutcome() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -93,7 +93,7 @@ struct RedirectTests {
         #expect(collector.requests().map(\.status) == [308, 503])
     }
 
-    @Test("a relative Location on the same origin is followed")
+    @Test("a relative Location on the same origin is followed", .needsChildProcesses)
     func relativeLocationIsFollowed() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -105,7 +105,7 @@ struct RedirectTests {
         #expect(requests.allSatisfy { $0.method == "POST" && $0.rawBody == Self.body })
     }
 
-    @Test("a redirect without a Location comes back as itself")
+    @Test("a redirect without a Location comes back as itself", .needsChildProcesses)
     func missingLocation() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -118,7 +118,7 @@ struct RedirectTests {
         #expect(collector.requests().count == 1)
     }
 
-    @Test("a redirect loop stops after 3 hops and comes back as the 3xx, naming the hop limit")
+    @Test("a redirect loop stops after 3 hops and comes back as the 3xx, naming the hop limit", .needsChildProcesses)
     func redirectLoopStops() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -189,7 +189,9 @@ struct RedirectTests {
 
     // MARK: - The engine
 
-    @Test("a same-origin 307 or 308 delivers the batch once, to the new path, byte for byte", arguments: [307, 308])
+    @Test(
+        "a same-origin 307 or 308 delivers the batch once, to the new path, byte for byte", .needsChildProcesses,
+        arguments: [307, 308])
     func engineFollowsSameOrigin(status: Int) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -225,7 +227,7 @@ struct RedirectTests {
 
     @Test(
         "a redirect that is not followed keeps the events, says where it pointed, and they go out once it stops",
-        arguments: unfollowed)
+        .needsChildProcesses, arguments: unfollowed)
     func engineKeepsEventsOnRedirect(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)

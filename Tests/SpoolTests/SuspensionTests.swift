@@ -100,7 +100,9 @@ struct SuspensionTests {
         try SQLiteRequirements.check(versionNumber: 3_037_000, version: "3.37.0", hasJSONFunctions: true)
     }
 
-    @Test("the public SpoolBackgroundNotifier suspends and resumes a real second process; the file is free meanwhile")
+    @Test(
+        "the public SpoolBackgroundNotifier suspends and resumes a real second process; the file is free meanwhile",
+        .needsChildProcesses)
     func notifierInAnotherProcess() async throws {
         let directory = TemporaryDirectory()
         let path = directory.databaseURL.path

@@ -8,6 +8,7 @@ import Testing
 /// reaches it at least once and exactly once after deduplicating by id, except
 /// dead-lettered ones, which sit in dead_letters with reasons; the request
 /// log shows the backoff; order is kept per session.
+@Suite(.needsChildProcesses)
 struct UploadFaultTests {
     /// Every id arrived in a 2xx request, each once after deduplication, in order.
     func expectDeliveredInOrder(

@@ -9,6 +9,7 @@ import Testing
 ///
 /// Bounded by the collector's waits and each request's timeout (Swift Testing's
 /// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
+@Suite(.needsChildProcesses)
 struct UploadFormatTests {
     /// An index, and text that needs escaping in every format.
     static func parameters(_ index: Int) -> [String: EventValue] {

@@ -17,7 +17,9 @@ import Testing
 struct UploadRequestTests {
     // MARK: - Headers
 
-    @Test("headers are layered: User-Agent, the format's, static ones, then the provider's, asked per request")
+    @Test(
+        "headers are layered: User-Agent, the format's, static ones, then the provider's, asked per request",
+        .needsChildProcesses)
     func headerLayers() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -50,7 +52,9 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("a header provider that throws is a failed attempt: the events wait, and go out once it answers")
+    @Test(
+        "a header provider that throws is a failed attempt: the events wait, and go out once it answers",
+        .needsChildProcesses)
     func headerProviderFailure() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -79,7 +83,7 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("dispatchEvent sends the body as given, uncompressed, with the configured headers")
+    @Test("dispatchEvent sends the body as given, uncompressed, with the configured headers", .needsChildProcesses)
     func dispatchEventUsesTheOptions() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -126,7 +130,9 @@ struct UploadRequestTests {
         #expect(DefaultEventDispatcher().format.compressesByDefault, "Spool's format gzips by default")
     }
 
-    @Test("a session configuration is honoured (its additional headers arrive), and Spool still refuses redirects")
+    @Test(
+        "a session configuration is honoured (its additional headers arrive), and Spool still refuses redirects",
+        .needsChildProcesses)
     func sessionConfiguration() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -149,7 +155,7 @@ struct UploadRequestTests {
 
     @Test(
         "a 415 to a gzipped body turns gzip off for good and resends at once, unless Accept-Encoding lists gzip",
-        arguments: [("identity", true), ("", true), ("gzip", false)])
+        .needsChildProcesses, arguments: [("identity", true), ("", true), ("gzip", false)])
     func unsupportedEncoding(acceptEncoding: String, fallsBack: Bool) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -176,7 +182,9 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("an identity upload (sent from the uploader's queue, no task) that hangs times out and is retried")
+    @Test(
+        "an identity upload (sent from the uploader's queue, no task) that hangs times out and is retried",
+        .needsChildProcesses)
     func identityUploadHangs() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -195,7 +203,9 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("the 3.5 MB bound is on the body before compression: a batch that gzips small is still split")
+    @Test(
+        "the 3.5 MB bound is on the body before compression: a batch that gzips small is still split",
+        .needsChildProcesses)
     func boundBeforeCompression() async throws {
         let directory = TemporaryDirectory()
         let (collector, requests, ids) = try await flushSixLargeEvents(directory)
