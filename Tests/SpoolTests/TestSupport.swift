@@ -222,6 +222,22 @@ func startedEngine(
     return engine
 }
 
+extension Connection {
+    /// Caps the database file at its current size, with the WAL checkpointed
+    /// into it first: every commit that needs a new page fails with a real
+    /// SQLITE_FULL.
+    func capAtCurrentSize() throws {
+        try execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        let pages = try scalarInt("PRAGMA page_count")
+        _ = try scalarInt("PRAGMA max_page_count = \(pages)")
+    }
+
+    /// Lifts ``capAtCurrentSize()``: 1073741823 pages, far past any test's file.
+    func uncap() throws {
+        _ = try scalarInt("PRAGMA max_page_count = 1073741823")
+    }
+}
+
 extension EventEngine {
     /// Runs SQL against the engine's database, on its queue.
     func query<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
