@@ -44,7 +44,7 @@ struct PrivacyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
         engine.events.addDurableObserver(listener, id: "warehouse") { count in missed.withLock { $0 += count } }
         try await engine.start()
-        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        let database = directory.defaultDataStoreURL
         for index in 0..<300 {
             try engine.record(
                 Self.marker, parameters: ["email": .string("\(Self.marker)-\(index)@example.com"), "i": .int(index)])
@@ -201,7 +201,7 @@ struct PrivacyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await engine.start()
         try #require(engine.state.withLock { $0.log }).shrinkDelay = 0.2
-        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        let database = directory.defaultDataStoreURL
         let padding = EventValue.string(String(repeating: "p", count: 1_000))
         for index in 0..<10_000 { try engine.record("bulk", parameters: ["i": .int(index), "pad": padding]) }
         try await engine.settle()

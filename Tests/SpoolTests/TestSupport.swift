@@ -22,6 +22,10 @@ final class TemporaryDirectory: Sendable {
     /// A database file inside the directory (not created).
     var databaseURL: URL { url.appendingPathComponent("spool.sqlite") }
 
+    /// The file a default ``DefaultEventDispatcher`` keeps its queue in, as
+    /// ``EngineConfiguration/uploading(to:dispatcher:in:)`` does here.
+    var defaultDataStoreURL: URL { file(DefaultEventDispatcher.defaultDataStoreName + ".sqlite") }
+
     func file(_ name: String) -> URL { url.appendingPathComponent(name) }
 }
 

@@ -230,7 +230,7 @@ struct UploadFaultTests {
         // A failed upload keeps the lease (the events wait for a retry).
         try await collector.control(["mode": "status", "status": 503])
         await #expect(throws: UploadError.self) { try await engine.flush() }
-        let path = directory.url.appendingPathComponent("OPTEventQueue.sqlite").path
+        let path = directory.defaultDataStoreURL.path
         func leaseOwner() throws -> String? {
             let connection = try Connection(path: path, options: ConnectionOptions())
             defer { connection.close() }
