@@ -9,8 +9,8 @@ format, and appended to FILE as one JSON line:
 
     {"t": seconds, "status": code or null, "method": "POST", "path": "/collect",
      "bytes": n on the wire, "decoded_bytes": n after Content-Encoding,
-     "raw": base64 of the decoded body, "body": parsed body or null,
-     "content_type": ..., "content_encoding": ..., "headers": {lower-case name: value},
+     "raw": base64 of the decoded body, "content_type": ..., "content_encoding": ...,
+     "headers": {lower-case name: value},
      "ids": [event ids in the body], "accepted": [ids the collector took],
      "format_errors": [what the body or headers got wrong for the format]}
 
@@ -72,6 +72,12 @@ SEGMENT_MAX_MESSAGE = 32_000
 SEGMENT_MAX_EVENTS = 2_500
 KAFKA_CONTENT_TYPE = "application/vnd.kafka.json.v2+json"
 KAFKA_ACCEPT = "application/vnd.kafka.v2+json"
+
+
+def retry_after(settings):
+    """The Retry-After header of a "status" or "path_status" answer, if set."""
+    value = settings["retry_after"]
+    return {"Retry-After": str(value)} if value is not None else {}
 
 
 def record(entry):
@@ -160,7 +166,7 @@ def check_segment(body, headers, decoded, errors):
     return ids
 
 
-def segment_write_key(headers, body):
+def segment_write_key(headers):
     """The write key, read as rudder-server does (Basic auth, key as the user
     name, empty password); None when the header is missing or malformed."""
     value = headers.get("authorization") or ""
@@ -278,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
             ids = [e.get("id") for e in events if isinstance(e, dict)] if isinstance(events, list) else []
         ids = [i for i in ids if isinstance(i, str)]
         entry = {"t": time.time(), "bytes": len(wire), "decoded_bytes": len(decoded), "ids": ids,
-                 "accepted": [], "body": body, "raw": base64.b64encode(decoded).decode(),
+                 "accepted": [], "raw": base64.b64encode(decoded).decode(),
                  "method": self.command, "content_type": headers.get("content-type"),
                  "content_encoding": encoding, "headers": headers, "path": self.path,
                  "format_errors": []}
@@ -290,8 +296,7 @@ class Handler(BaseHTTPRequestHandler):
 
         if path_status is not None:
             finish(path_status)
-            headers_ = {"Retry-After": str(settings["retry_after"])} if settings["retry_after"] is not None else {}
-            return self.answer(path_status, b"path status", headers_)
+            return self.answer(path_status, b"path status", retry_after(settings))
         if mode == "reset":
             finish(None)
             # Close with RST: SO_LINGER with a zero timeout.
@@ -322,7 +327,7 @@ class Handler(BaseHTTPRequestHandler):
             finish(400, ["Content-Encoding gzip, but the body is not gzip"])
             return self.answer(400, b"invalid gzip")
         if fmt == "segment" and settings["write_key"] is not None:
-            key = segment_write_key(headers, body)
+            key = segment_write_key(headers)
             body_key = body.get("writeKey") if isinstance(body, dict) else None
             if key != settings["write_key"] or body_key != settings["write_key"]:
                 finish(401, ["write key: header %r, body %r" % (key, body_key)])
@@ -341,11 +346,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(400, ("rejected event " + ",".join(rejected)).encode())
         if mode == "status":
             finish(settings["status"])
-            headers_ = {"Retry-After": str(settings["retry_after"])} if settings["retry_after"] is not None else {}
             if fmt == "kafka":
                 code = settings["error_code"] or settings["status"] * 100 + 1
-                return self.kafka_error(settings["status"], code, "collector says no", headers_)
-            return self.answer(settings["status"], b"collector says no", headers_)
+                return self.kafka_error(settings["status"], code, "collector says no", retry_after(settings))
+            return self.answer(settings["status"], b"collector says no", retry_after(settings))
         if fmt == "kafka":
             return self.kafka_produce(entry, ids, settings)
         entry["accepted"] = [i for i in ids if i is not None]

@@ -13,10 +13,7 @@ struct BatchFormatTests {
         async throws -> (EventEngine, [String])
     {
         let engine = try await startedEngine()
-        var ids: [String] = []
-        for index in 0..<count {
-            if case .recorded(let id) = try engine.record("event_\(index)", parameters: parameters) { ids.append(id) }
-        }
+        let ids = try recordEvents(engine, count, prefix: "event_", parameters: { _ in parameters })
         try await engine.settle()
         return (engine, ids)
     }
@@ -44,15 +41,6 @@ struct BatchFormatTests {
         try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.parametersJSON) }
     }
 
-    /// `yyyy-MM-ddTHH:mm:ss.SSSZ` (no Regex: it needs macOS 13, above the floor).
-    static func isISOMilliseconds(_ value: Any?) -> Bool {
-        guard let text = value as? String, text.utf8.count == 24 else { return false }
-        let pattern = Array("dddd-dd-ddTdd:dd:dd.dddZ".utf8)
-        return zip(text.utf8, pattern).allSatisfy { byte, expected in
-            expected == UInt8(ascii: "d") ? (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) : byte == expected
-        }
-    }
-
     // MARK: - Bodies
 
     @Test("Spool's format: sentAt and events with id, name, timestamp, session, parameters spliced as stored")
@@ -60,7 +48,7 @@ struct BatchFormatTests {
         let (engine, ids) = try await engine(recording: 3)
         let (batch, json) = try await body(engine, format: .spool)
         #expect(batch.count == 4, "session_start and three events")
-        #expect(Self.isISOMilliseconds(json["sentAt"]))
+        #expect(isISOMilliseconds(json["sentAt"]))
         let events = try #require(json["events"] as? [[String: Any]])
         #expect(events.compactMap { $0["id"] as? String }.suffix(3) == ids[...])
         #expect(events.allSatisfy { Set($0.keys) == ["id", "name", "timestamp", "session", "parameters"] })
@@ -81,7 +69,7 @@ struct BatchFormatTests {
             context: ["app": ["name": "Demo", "build": 42], "sessionId": "replaced", "locale": "fr-FR"])
         let (batch, json) = try await body(engine, format: format)
         #expect(json["writeKey"] as? String == "wk_\"quoted\"")
-        #expect(Self.isISOMilliseconds(json["sentAt"]))
+        #expect(isISOMilliseconds(json["sentAt"]))
         let items = try #require(json["batch"] as? [[String: Any]])
         #expect(items.count == batch.count)
         #expect(items.compactMap { $0["messageId"] as? String }.suffix(3) == ids[...])
@@ -93,7 +81,7 @@ struct BatchFormatTests {
             #expect(item["type"] as? String == "track")
             #expect(item["anonymousId"] as? String == "anon-1")
             #expect(item["userId"] as? String == "user-7")
-            #expect(Self.isISOMilliseconds(item["timestamp"]))
+            #expect(isISOMilliseconds(item["timestamp"]))
             let context = try #require(item["context"] as? [String: Any])
             #expect(
                 context["sessionId"] as? String == engine.currentSessionID, "Spool's session, not the configured one")

@@ -6,16 +6,6 @@ import Testing
 
 /// What Spool cannot return to a caller reaches the diagnostics channel.
 struct DiagnosticsTests {
-    /// Caps the engine's database file at its current size: every commit
-    /// that needs a new page fails with a real SQLITE_FULL.
-    func fillUp(_ engine: EventEngine) async throws {
-        try await engine.query { connection in
-            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            let pages = try connection.scalarInt("PRAGMA page_count")
-            _ = try connection.scalarInt("PRAGMA max_page_count = \(pages)")
-        }
-    }
-
     @Test("commit failures, their recovery and refused records reach the handler, the stream and the counts")
     func failuresAndRecoveryAreReported() async throws {
         let directory = TemporaryDirectory()
@@ -25,7 +15,7 @@ struct DiagnosticsTests {
             configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic.kind) } }
         }
         let stream = engine.diagnostics()
-        try await fillUp(engine)
+        try await engine.query { try $0.capAtCurrentSize() }
         let big = EventValue.string(String(repeating: "x", count: 200_000))
         await #expect(throws: SpoolError.self) { try await engine.recordDurably("big", parameters: ["pad": big]) }
         var refused = 0
@@ -33,7 +23,7 @@ struct DiagnosticsTests {
             do { try engine.record("big", parameters: ["pad": big]) } catch SpoolError.bufferFull { refused += 1 }
         }
         #expect(refused > 0)
-        try await engine.query { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        try await engine.query { try $0.uncap() }
         try await engine.settle()
 
         var streamed: [SpoolDiagnostic.Kind] = []
@@ -57,7 +47,7 @@ struct DiagnosticsTests {
         let engine = try await startedEngine(directory) { configuration in
             configuration.diagnosticHandler = { diagnostic in handled.withLock { $0.append(diagnostic) } }
         }
-        try await fillUp(engine)
+        try await engine.query { try $0.capAtCurrentSize() }
         let big = EventValue.string(String(repeating: "x", count: 200_000))
         for _ in 0..<5 { try engine.record("big", parameters: ["pad": big]) }
         let uncommitted = await engine.close()

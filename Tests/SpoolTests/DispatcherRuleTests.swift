@@ -9,7 +9,7 @@ import Testing
 /// engine, which would flush the size and timer tests early.
 @Suite(.serialized)
 struct DispatcherRuleTests {
-    @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default")
+    @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default", .needsChildProcesses)
     func batchSizeRules() async throws {
         #expect(DefaultEventDispatcher().batchSize == 10)
         #expect(DefaultEventDispatcher(batchSize: 1).batchSize == 1)
@@ -27,7 +27,7 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before")
+    @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before", .needsChildProcesses)
     func flushesBySize() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -43,7 +43,9 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes")
+    @Test(
+        "P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
+        .needsChildProcesses)
     func timerRules() async throws {
         #expect(DefaultEventDispatcher().timerInterval == 60)
         #expect(DefaultEventDispatcher(timerInterval: 0).timerInterval == 0)
@@ -72,8 +74,8 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted"
-    )
+        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
+        .needsChildProcesses)
     func queueSizeRules() async throws {
         #expect(DefaultEventDispatcher().maxQueueSize == 10_000)
         #expect(DefaultEventDispatcher(maxQueueSize: 99).maxQueueSize == 10_000)
@@ -111,8 +113,8 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D5: backingStore .file is the SQLite file named by dataStoreName, .memory keeps no file, .userDefaults maps to the file"
-    )
+        "D5: backingStore .file is the SQLite file named by dataStoreName, .memory keeps no file, .userDefaults maps to the file",
+        .needsChildProcesses)
     func backingStores() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -143,33 +145,22 @@ struct DispatcherRuleTests {
         #expect(DefaultEventDispatcher().dataStoreName == "OPTEventQueue")
     }
 
-    @Test("D6: no request body over 3.5 MB; a larger batch is split")
+    @Test("D6: no request body over 3.5 MB; a larger batch is split", .needsChildProcesses)
     func largeBatchesAreSplit() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
-        try await engine.start()
-        let blob = String(repeating: "x", count: 900_000)
-        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
-        try await engine.flush()
-        let requests = collector.requests()
+        let (collector, requests, ids) = try await flushSixLargeEvents(directory)
         #expect(requests.count >= 2)
         #expect(requests.allSatisfy { $0.bytes <= 3_500_000 }, "\(requests.map(\.bytes))")
         #expect(Set(ids).isSubset(of: Set(collector.acceptedIDs())))
-        await engine.close()
     }
 
-    @Test("D7: POST to the event's url, body as given, content-type application/json")
+    @Test("D7: POST to the event's url, body as given, content-type application/json", .needsChildProcesses)
     func postsTheBodyAsGiven() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         let dispatcher = DefaultEventDispatcher()
         let body = Data(#"{"exactly":"these bytes","n":[1,2.50,3]}"#.utf8)
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(body, to: collector.url)
         #expect(outcome.isSuccess)
         let request = try #require(collector.requests().first)
         #expect(request.method == "POST")
@@ -178,11 +169,7 @@ struct DispatcherRuleTests {
 
         // A non-2xx answer is reported as such, never as success.
         try await collector.control(["mode": "status", "status": 503, "retry_after": "7"])
-        let failed = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let failed = await dispatcher.dispatch(body, to: collector.url)
         #expect(!failed.isSuccess)
         guard case .response(503, let retryAfter, _) = failed else {
             Issue.record("\(failed)")
@@ -236,7 +223,9 @@ struct DispatcherRuleTests {
         await engine.close()
     }
 
-    @Test("D9: entering background flushes; a notifier serves hosts that cannot observe the lifecycle")
+    @Test(
+        "D9: entering background flushes; a notifier serves hosts that cannot observe the lifecycle",
+        .needsChildProcesses)
     func backgroundFlush() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -264,17 +253,16 @@ struct DispatcherRuleTests {
         #expect(collector.acceptedIDs().contains(id), "uploaded on entering the background, before suspending")
     }
 
-    @Test("D1: events recorded while the collector is unreachable stay queued across restarts and go out in order")
+    @Test(
+        "D1: events recorded while the collector is unreachable stay queued across restarts and go out in order",
+        .needsChildProcesses)
     func offlineAcrossRestarts() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         collector.stop()  // offline
         let first = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await first.start()
-        var ids: [String] = []
-        for index in 0..<20 {
-            if case .recorded(let id) = try first.record("offline_\(index)") { ids.append(id) }
-        }
+        let ids = try recordEvents(first, 20, prefix: "offline_", parameters: { _ in [:] })
         await #expect(throws: UploadError.self) { try await first.flush() }
         await first.close()
 

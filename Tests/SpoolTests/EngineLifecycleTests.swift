@@ -71,7 +71,7 @@ struct EngineLifecycleTests {
     func withdrawingConsentResumesAWaitingRecordDurably() async throws {
         let engine = EventEngine(configuration: EngineConfiguration())
         let waiting = Task { try await engine.recordDurably("before_start") }
-        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
         engine.setConsent(false)
         #expect(try await waiting.value == .droppedOptedOut)
         await engine.close()
@@ -81,7 +81,7 @@ struct EngineLifecycleTests {
     func closingBeforeStartResumesAWaitingRecordDurably() async throws {
         let engine = EventEngine(configuration: EngineConfiguration())
         let waiting = Task { try await engine.recordDurably("before_start") }
-        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
         await engine.close()
         await #expect(throws: SpoolError.closed) { _ = try await waiting.value }
     }
@@ -92,7 +92,7 @@ struct EngineLifecycleTests {
         let engine = try await startedEngine(directory)
         engine.endSession()
         let waiting = Task { try await engine.recordDurably("between_sessions") }
-        while engine.state.withLock({ $0.waiting.isEmpty }) { await Task.yield() }
+        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
         await engine.close()
         guard case .recorded(let id) = try await waiting.value else {
             Issue.record("not recorded")
@@ -198,12 +198,6 @@ struct EngineLifecycleTests {
                 "resident memory grew \((after.resident - before.resident) >> 10) KiB over 1,000 cycles")
         }
     }
-}
-
-/// Polls `condition` (bounded: 10 s) — for frees that land on another queue.
-func waitUntil(_ condition: () -> Bool) async throws {
-    let deadline = Date().addingTimeInterval(10)
-    while !condition() && Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
 }
 
 /// How many of this process's file descriptors are open on files under

@@ -147,11 +147,7 @@ struct EventLogTests {
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
         try await log.appendDurably(5)
         // A real SQLITE_FULL: cap the file at its current size.
-        try database.sync { connection in
-            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            let pages = try connection.scalarInt("PRAGMA page_count")
-            _ = try connection.scalarInt("PRAGMA max_page_count = \(pages)")
-        }
+        try database.sync { try $0.capAtCurrentSize() }
         let big = String(repeating: "x", count: 100_000)
         var receipts: [AppendReceipt] = []
         for index in 0..<50 {
@@ -168,7 +164,7 @@ struct EventLogTests {
         }
         #expect(log.bufferedCount == 50)
         // Space comes back: the retry commits everything, in order.
-        try database.sync { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        try database.sync { try $0.uncap() }
         try await log.waitUntilDurable(receipts[receipts.count - 1])
         let events = try await log.readEvents(after: 5, limit: 100)
         #expect(events.map(\.id) == receipts.map(\.id))
@@ -201,10 +197,7 @@ struct EventLogTests {
         let database = try DatabaseQueue(path: directory.databaseURL.path)
         let log = EventLog(database: database)
         try await log.appendDurably(3)
-        try database.sync { connection in
-            try connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            _ = try connection.scalarInt("PRAGMA max_page_count = \(try connection.scalarInt("PRAGMA page_count"))")
-        }
+        try database.sync { try $0.capAtCurrentSize() }
         let pad = String(repeating: "x", count: 50_000)
         var receipts: [AppendReceipt] = []
         for index in 0..<10 {
@@ -222,7 +215,7 @@ struct EventLogTests {
             await #expect(throws: StorageError.erased) { try await log.waitUntilDurable(receipt) }
         }
         // Space comes back: nothing discarded is committed, and the log goes on.
-        try database.sync { _ = try $0.scalarInt("PRAGMA max_page_count = 1073741823") }
+        try database.sync { try $0.uncap() }
         let after = try log.append(EventRecord(name: "after", parametersJSON: "{}", recordedAt: 2))
         try await log.waitUntilDurable(after)
         let names = try await log.readEvents(after: 0, limit: 100).map(\.name)

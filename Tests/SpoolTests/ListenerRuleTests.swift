@@ -49,9 +49,7 @@ struct ListenerRuleTests {
         let engine = EventEngine(configuration: EngineConfiguration(maximumRetainedEvents: 100))
         engine.events.addObserver(listener)
         let firstDurable = Task { try await engine.recordDurably("w0") }
-        for _ in 0..<500 where engine.state.withLock({ $0.waiting.isEmpty }) {
-            try await Task.sleep(nanoseconds: 2_000_000)
-        }
+        try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.waiting.isEmpty } }
         for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
         #expect(try await firstDurable.value == .droppedWhileWaitingForSession)
         #expect(engine.eventsDroppedWhileWaitingForSession == 30)

@@ -40,7 +40,7 @@ struct NumericConversionTests {
         for _ in 0..<20_000 {
             let seconds = Double(bitPattern: random.next())
             let string = ISO8601Milliseconds.string(from: Date(timeIntervalSince1970: seconds))
-            #expect(Self.hasISOShape(string), "\(seconds): \(string)")
+            #expect(isISOMilliseconds(string), "\(seconds): \(string)")
         }
     }
 
@@ -122,7 +122,7 @@ struct NumericConversionTests {
     /// counting leap years rather than by the formatter's era arithmetic, so
     /// the two check each other. Nil for anything else.
     static func millisecondsSince1970(iso string: String) -> Int64? {
-        guard hasISOShape(string) else { return nil }
+        guard isISOMilliseconds(string) else { return nil }
         let bytes = Array(string.utf8)
         func number(_ range: Range<Int>) -> Int64 {
             bytes[range].reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
@@ -138,17 +138,6 @@ struct NumericConversionTests {
         let daysBeforeYear = 365 * year + (year + 3) / 4 - (year + 99) / 100 + (year + 399) / 400
         let days = daysBeforeYear + monthDays.prefix(Int(month - 1)).reduce(0, +) + day - 1 - 719_528
         return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millisecond
-    }
-
-    /// `YYYY-MM-DDTHH:MM:SS.sssZ`: digits where digits go, the separators in
-    /// place, nothing more.
-    static func hasISOShape(_ string: String) -> Bool {
-        let shape = Array("dddd-dd-ddTdd:dd:dd.dddZ".utf8)
-        let bytes = Array(string.utf8)
-        guard bytes.count == shape.count else { return false }
-        return zip(bytes, shape).allSatisfy { byte, expected in
-            expected == UInt8(ascii: "d") ? (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) : byte == expected
-        }
     }
 }
 
@@ -170,13 +159,7 @@ struct ConfigurationEdgeTests {
         let dispatcher = DefaultEventDispatcher(requestTimeout: timeout)
         #expect(dispatcher.requestTimeout == 86_400)
         // A request to a closed loopback port answers at once.
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(
-                event: EventForDispatch(url: URL(string: "http://127.0.0.1:9/x")!, body: Data("{}".utf8))
-            ) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(Data("{}".utf8), to: URL(string: "http://127.0.0.1:9/x")!)
         #expect(!outcome.isSuccess)
     }
 

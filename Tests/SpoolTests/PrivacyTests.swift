@@ -44,7 +44,7 @@ struct PrivacyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
         engine.events.addDurableObserver(listener, id: "warehouse") { count in missed.withLock { $0 += count } }
         try await engine.start()
-        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        let database = directory.defaultDataStoreURL
         for index in 0..<300 {
             try engine.record(
                 Self.marker, parameters: ["email": .string("\(Self.marker)-\(index)@example.com"), "i": .int(index)])
@@ -201,7 +201,7 @@ struct PrivacyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await engine.start()
         try #require(engine.state.withLock { $0.log }).shrinkDelay = 0.2
-        let database = directory.url.appendingPathComponent("OPTEventQueue.sqlite")
+        let database = directory.defaultDataStoreURL
         let padding = EventValue.string(String(repeating: "p", count: 1_000))
         for index in 0..<10_000 { try engine.record("bulk", parameters: ["i": .int(index), "pad": padding]) }
         try await engine.settle()
@@ -215,8 +215,7 @@ struct PrivacyTests {
         #expect(full > 10_000_000, "\(full) bytes with the queue full")
         try await collector.control(["mode": "ok"])
         try await engine.flush()
-        let deadline = Date().addingTimeInterval(20)
-        while size() > 2_000_000 && Date() < deadline { try await Task.sleep(nanoseconds: 50_000_000) }
+        try await waitUntil(timeout: 20, interval: 0.05) { size() <= 2_000_000 }
         print("file + WAL: \(full >> 10) KiB with 10,000 events queued, \(size() >> 10) KiB after the drain")
         #expect(size() < 2_000_000, "file + WAL after the drain: \(size()) bytes")
         await engine.close()

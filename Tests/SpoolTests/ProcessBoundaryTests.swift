@@ -180,8 +180,8 @@ struct ProcessBoundaryTests {
     func durableListenerHeldByAnotherProcess() async throws {
         let directory = TemporaryDirectory()
         let holder = try Child([directory.databaseURL.path, "holder", "--engine"], in: directory, name: "holder")
-        for _ in 0..<200 where !((try? String(contentsOf: holder.output, encoding: .utf8)) ?? "").contains("GOT ") {
-            try await Task.sleep(nanoseconds: 50_000_000)
+        try await waitUntil(interval: 0.05) {
+            ((try? String(contentsOf: holder.output, encoding: .utf8)) ?? "").contains("GOT ")
         }
         let diagnostics = Protected<[SpoolDiagnostic.Kind]>([])
         let listener = CollectingListener()
@@ -210,7 +210,7 @@ struct ProcessBoundaryTests {
                     $0.hasPrefix(prefix)
                 })
         }
-        for _ in 0..<400 where received("later-").count < 5 { try await Task.sleep(nanoseconds: 50_000_000) }
+        try await waitUntil(timeout: 20, interval: 0.05) { received("later-").count >= 5 }
         #expect(received("later-") == Set((0..<5).map { "later-\($0)" }), "taken over after the holder died")
         #expect(
             gotByHolder.union(received("mine-")) == Set((0..<5).map { "mine-\($0)" }),

@@ -21,15 +21,8 @@ struct RedirectTests {
         #"{"sentAt":"2026-11-29T10:15:31.002Z","events":[{"id":"r1","name":"café ☕","parameters":{"s":"a\"b\\c"}}]}"#
             .utf8)
 
-    /// One upload through the built-in dispatcher, as the uploader sends it.
-    func dispatch(to url: URL, body: Data = RedirectTests.body) async -> DispatchOutcome {
-        let dispatcher = DefaultEventDispatcher(requestTimeout: 2)
-        return await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: url, body: body)) { outcome in
-                continuation.resume(returning: outcome)
-            }
-        }
-    }
+    /// The built-in dispatcher, a new one for each upload, as the uploader sends.
+    static var dispatcher: DefaultEventDispatcher { DefaultEventDispatcher(requestTimeout: 2) }
 
     /// Where a redirect from `collector` points for `target`.
     func location(_ target: Target, collector: TestCollector, other: TestCollector) -> String {
@@ -54,7 +47,7 @@ struct RedirectTests {
 
     @Test(
         "only a same-origin 307 or 308 is followed; every other redirect comes back as itself",
-        arguments: redirectStatuses, Target.allCases)
+        .needsChildProcesses, arguments: redirectStatuses, Target.allCases)
     func redirectMatrix(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -62,7 +55,7 @@ struct RedirectTests {
         let location = location(target, collector: collector, other: other)
         try await collector.control(["mode": "redirect", "status": status, "location": location, "times": 1])
 
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
 
         // The transport is done: nothing can still arrive anywhere.
         let requests = collector.requests()
@@ -87,7 +80,7 @@ struct RedirectTests {
         }
     }
 
-    @Test("a followed redirect reports the follow-up's answer, Retry-After included")
+    @Test("a followed redirect reports the follow-up's answer, Retry-After included", .needsChildProcesses)
     func followUpAnswerIsTheOutcome() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -95,29 +88,29 @@ struct RedirectTests {
             "mode": "redirect", "status": 308, "location": "http://127.0.0.1:\(collector.port)/other",
             "path_status": ["/other": 503], "retry_after": "7",
         ])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(outcome == .response(status: 503, retryAfter: 7, message: "path status"))
         #expect(collector.requests().map(\.status) == [308, 503])
     }
 
-    @Test("a relative Location on the same origin is followed")
+    @Test("a relative Location on the same origin is followed", .needsChildProcesses)
     func relativeLocationIsFollowed() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": "/other", "times": 1])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(outcome.isSuccess)
         let requests = collector.requests()
         #expect(requests.map(\.path) == ["/collect", "/other"])
         #expect(requests.allSatisfy { $0.method == "POST" && $0.rawBody == Self.body })
     }
 
-    @Test("a redirect without a Location comes back as itself")
+    @Test("a redirect without a Location comes back as itself", .needsChildProcesses)
     func missingLocation() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "times": 1])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(
             outcome
                 == .response(
@@ -125,12 +118,12 @@ struct RedirectTests {
         #expect(collector.requests().count == 1)
     }
 
-    @Test("a redirect loop stops after 3 hops and comes back as the 3xx, naming the hop limit")
+    @Test("a redirect loop stops after 3 hops and comes back as the 3xx, naming the hop limit", .needsChildProcesses)
     func redirectLoopStops() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": collector.url.absoluteString])
-        let outcome = await dispatch(to: collector.url)
+        let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         guard case .response(let status, let retryAfter, let message) = outcome else {
             Issue.record("\(outcome)")
             return
@@ -196,7 +189,9 @@ struct RedirectTests {
 
     // MARK: - The engine
 
-    @Test("a same-origin 307 or 308 delivers the batch once, to the new path, byte for byte", arguments: [307, 308])
+    @Test(
+        "a same-origin 307 or 308 delivers the batch once, to the new path, byte for byte", .needsChildProcesses,
+        arguments: [307, 308])
     func engineFollowsSameOrigin(status: Int) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -232,7 +227,7 @@ struct RedirectTests {
 
     @Test(
         "a redirect that is not followed keeps the events, says where it pointed, and they go out once it stops",
-        arguments: unfollowed)
+        .needsChildProcesses, arguments: unfollowed)
     func engineKeepsEventsOnRedirect(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)

@@ -148,7 +148,7 @@ struct SurveyTests {
         configuration.historyRetention = 30 * 86_400
         // An occurrence older than the retention, recorded 45 days ago (so
         // before everything below: history rows are pruned in recording order).
-        let earlier = try DatabaseQueue(path: directory.url.appendingPathComponent("OPTEventQueue.sqlite").path)
+        let earlier = try DatabaseQueue(path: directory.defaultDataStoreURL.path)
         try earlier.sync { connection in
             try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES ('purchase', ?)") {
                 try $0.bind(Date().timeIntervalSince1970 - 45 * 86_400, at: 1)

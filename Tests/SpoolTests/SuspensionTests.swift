@@ -26,15 +26,11 @@ struct SuspensionTests {
     /// Waits (bounded) until the engine is suspended and the file free: work
     /// that arrived just before runs in a short window first.
     func waitUntilFree(_ engine: EventEngine, _ path: String) async throws -> Bool {
-        for _ in 0..<200 {
-            if engine.isDatabaseSuspended, try Self.fileIsFree(path) { return true }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        return false
+        try await waitUntil(timeout: 2, interval: 0.01) { try engine.isDatabaseSuspended && Self.fileIsFree(path) }
     }
 
     func waitUntilSuspended(_ engine: EventEngine, _ suspended: Bool = true) async throws {
-        for _ in 0..<400 where engine.isDatabaseSuspended != suspended { try await Task.sleep(nanoseconds: 10_000_000) }
+        try await waitUntil(timeout: 4, interval: 0.01) { engine.isDatabaseSuspended == suspended }
         try #require(engine.isDatabaseSuspended == suspended)
     }
 
@@ -104,7 +100,9 @@ struct SuspensionTests {
         try SQLiteRequirements.check(versionNumber: 3_037_000, version: "3.37.0", hasJSONFunctions: true)
     }
 
-    @Test("the public SpoolBackgroundNotifier suspends and resumes a real second process; the file is free meanwhile")
+    @Test(
+        "the public SpoolBackgroundNotifier suspends and resumes a real second process; the file is free meanwhile",
+        .needsChildProcesses)
     func notifierInAnotherProcess() async throws {
         let directory = TemporaryDirectory()
         let path = directory.databaseURL.path
@@ -112,17 +110,13 @@ struct SuspensionTests {
             [path, "suspension", "--suspension", directory.url.path], in: directory, name: "suspension")
         func output() -> String { (try? String(contentsOf: child.output, encoding: .utf8)) ?? "" }
         func waitForLine(_ line: String) async throws {
-            for _ in 0..<3_000 where !output().split(separator: "\n").contains(Substring(line)) {
-                try await Task.sleep(nanoseconds: 10_000_000)
+            try await waitUntil(timeout: 30, interval: 0.01) {
+                output().split(separator: "\n").contains(Substring(line))
             }
             try #require(output().split(separator: "\n").contains(Substring(line)), "\(output().suffix(300))")
         }
         func becomesFree() async throws -> Bool {
-            for _ in 0..<200 {
-                if try Self.fileIsFree(path) { return true }
-                try await Task.sleep(nanoseconds: 10_000_000)
-            }
-            return false
+            try await waitUntil(timeout: 2, interval: 0.01) { try Self.fileIsFree(path) }
         }
         try await waitForLine("SUSPENDED")
         #expect(try await becomesFree(), "the other process holds no lock or read transaction while suspended")
@@ -161,7 +155,7 @@ struct SuspensionTests {
         #expect(free == 50, "the file was free \(free) times in 50 checks while suspended")
         database.resume()
         appending.withLock { $0 = false }
-        while !appender.isFinished { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await waitUntil(interval: 0.001) { appender.isFinished }
         try await log.waitUntilAllDurable()
         let stored = try database.sync { try $0.scalarInt("SELECT count(*) FROM events") }
         #expect(UInt64(stored) == log.acceptedCount, "every append committed after resume")

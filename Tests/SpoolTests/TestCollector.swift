@@ -193,6 +193,15 @@ final class TestCollector: @unchecked Sendable {
     }
 }
 
+extension EventDispatcher {
+    /// Dispatches `body` to `url` and waits for the completion handler's outcome.
+    func dispatch(_ body: Data, to url: URL) async -> DispatchOutcome {
+        await withCheckedContinuation { continuation in
+            dispatchEvent(event: EventForDispatch(url: url, body: body)) { continuation.resume(returning: $0) }
+        }
+    }
+}
+
 /// A fast retry policy for tests: 50 ms doubling to 400 ms.
 let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
 
@@ -243,6 +252,23 @@ func readFirstLine(_ descriptor: Int32, timeout: TimeInterval) -> String {
         bytes.append(contentsOf: buffer[0..<count])
     }
     return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Six events of 900 KB each (5.4 MB, over the 3.5 MB bound for a request
+/// body), recorded with batchSize 10 and flushed to a new collector: the
+/// collector (alive while the caller holds it), what it received, and the
+/// events' ids.
+func flushSixLargeEvents(_ directory: TemporaryDirectory) async throws -> (
+    collector: TestCollector, requests: [TestCollector.Request], ids: [String]
+) {
+    let collector = try TestCollector(directory)
+    let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+    try await engine.start()
+    let blob = String(repeating: "x", count: 900_000)
+    let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
+    try await engine.flush()
+    await engine.close()
+    return (collector, collector.requests(), ids)
 }
 
 /// Records `count` events named `<prefix><index>` and returns their ids in

@@ -22,6 +22,10 @@ final class TemporaryDirectory: Sendable {
     /// A database file inside the directory (not created).
     var databaseURL: URL { url.appendingPathComponent("spool.sqlite") }
 
+    /// The file a default ``DefaultEventDispatcher`` keeps its queue in, as
+    /// ``EngineConfiguration/uploading(to:dispatcher:in:)`` does here.
+    var defaultDataStoreURL: URL { file(DefaultEventDispatcher.defaultDataStoreName + ".sqlite") }
+
     func file(_ name: String) -> URL { url.appendingPathComponent(name) }
 }
 
@@ -58,6 +62,21 @@ extension Trait where Self == ConditionTrait {
         .enabled(
             if: TestFacilities.canSpawnProcesses, Comment(rawValue: TestFacilities.Missing.childProcesses.description))
     }
+}
+
+/// Polls `condition` every `interval` until it holds or `timeout` passes —
+/// for work that lands on another queue, task or process. Returns whether it
+/// held; the caller's expectations say what a timeout means.
+@discardableResult
+func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
+    async throws -> Bool
+{
+    let deadline = Date().addingTimeInterval(timeout)
+    while try !condition() {
+        guard Date() < deadline else { return false }
+        try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
+    }
+    return true
 }
 
 /// Runs a program and returns its exit status and standard output.
@@ -132,6 +151,19 @@ var buildProductsDirectory: URL {
     return executable.resolvingSymlinksInPath().deletingLastPathComponent()
 }
 
+/// A string `YYYY-MM-DDTHH:MM:SS.sssZ`: digits where digits go, the
+/// separators in place, nothing more (no Regex: it needs macOS 13, above the
+/// floor).
+func isISOMilliseconds(_ value: Any?) -> Bool {
+    guard let text = value as? String else { return false }
+    let shape = Array("dddd-dd-ddTdd:dd:dd.dddZ".utf8)
+    let bytes = Array(text.utf8)
+    guard bytes.count == shape.count else { return false }
+    return zip(bytes, shape).allSatisfy { byte, expected in
+        expected == UInt8(ascii: "d") ? (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) : byte == expected
+    }
+}
+
 /// A JSON object with `count` small parameters, as stored.
 func sampleParameters(_ index: Int) -> String {
     #"{"index":\#(index),"screen":"home","price":9.99}"#
@@ -192,6 +224,22 @@ func startedEngine(
     before(engine)
     try await engine.start()
     return engine
+}
+
+extension Connection {
+    /// Caps the database file at its current size, with the WAL checkpointed
+    /// into it first: every commit that needs a new page fails with a real
+    /// SQLITE_FULL.
+    func capAtCurrentSize() throws {
+        try execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        let pages = try scalarInt("PRAGMA page_count")
+        _ = try scalarInt("PRAGMA max_page_count = \(pages)")
+    }
+
+    /// Lifts ``capAtCurrentSize()``: 1073741823 pages, far past any test's file.
+    func uncap() throws {
+        _ = try scalarInt("PRAGMA max_page_count = 1073741823")
+    }
 }
 
 extension EventEngine {

@@ -8,6 +8,7 @@ import Testing
 /// reaches it at least once and exactly once after deduplicating by id, except
 /// dead-lettered ones, which sit in dead_letters with reasons; the request
 /// log shows the backoff; order is kept per session.
+@Suite(.needsChildProcesses)
 struct UploadFaultTests {
     /// Every id arrived in a 2xx request, each once after deduplication, in order.
     func expectDeliveredInOrder(
@@ -229,7 +230,7 @@ struct UploadFaultTests {
         // A failed upload keeps the lease (the events wait for a retry).
         try await collector.control(["mode": "status", "status": 503])
         await #expect(throws: UploadError.self) { try await engine.flush() }
-        let path = directory.url.appendingPathComponent("OPTEventQueue.sqlite").path
+        let path = directory.defaultDataStoreURL.path
         func leaseOwner() throws -> String? {
             let connection = try Connection(path: path, options: ConnectionOptions())
             defer { connection.close() }

@@ -9,6 +9,7 @@ import Testing
 ///
 /// Bounded by the collector's waits and each request's timeout (Swift Testing's
 /// `.timeLimit` needs iOS 16 / macOS 13, above the floor).
+@Suite(.needsChildProcesses)
 struct UploadFormatTests {
     /// An index, and text that needs escaping in every format.
     static func parameters(_ index: Int) -> [String: EventValue] {
@@ -149,12 +150,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: try segment())
         try await engine.start()
         let medium = String(repeating: "m", count: 20_000)
-        var ids: [String] = []
-        for index in 0..<40 {
-            if case .recorded(let id) = try engine.record("medium_\(index)", parameters: ["blob": .string(medium)]) {
-                ids.append(id)
-            }
-        }
+        let ids = try recordEvents(engine, 40, prefix: "medium_", parameters: { _ in ["blob": .string(medium)] })
         let huge = try engine.record("huge", parameters: ["blob": .string(String(repeating: "h", count: 40_000))])
         let after = try recordEvents(engine, 2, prefix: "after", parameters: Self.parameters)
         try await engine.flush()

@@ -17,7 +17,9 @@ import Testing
 struct UploadRequestTests {
     // MARK: - Headers
 
-    @Test("headers are layered: User-Agent, the format's, static ones, then the provider's, asked per request")
+    @Test(
+        "headers are layered: User-Agent, the format's, static ones, then the provider's, asked per request",
+        .needsChildProcesses)
     func headerLayers() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -50,7 +52,9 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("a header provider that throws is a failed attempt: the events wait, and go out once it answers")
+    @Test(
+        "a header provider that throws is a failed attempt: the events wait, and go out once it answers",
+        .needsChildProcesses)
     func headerProviderFailure() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -79,7 +83,7 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("dispatchEvent sends the body as given, uncompressed, with the configured headers")
+    @Test("dispatchEvent sends the body as given, uncompressed, with the configured headers", .needsChildProcesses)
     func dispatchEventUsesTheOptions() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -87,11 +91,7 @@ struct UploadRequestTests {
             format: try SegmentBatchFormat(writeKey: "wk", anonymousId: "a"),
             request: UploadRequestOptions(headers: ["X-API-Key": "k"]))
         let body = Data(#"{"batch":[]}"#.utf8)
-        let outcome = await withCheckedContinuation { continuation in
-            dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                continuation.resume(returning: $0)
-            }
-        }
+        let outcome = await dispatcher.dispatch(body, to: collector.url)
         #expect(outcome.isSuccess)
         let request = try #require(collector.requests().first)
         #expect(request.rawBody == body && request.content_encoding == nil)
@@ -130,7 +130,9 @@ struct UploadRequestTests {
         #expect(DefaultEventDispatcher().format.compressesByDefault, "Spool's format gzips by default")
     }
 
-    @Test("a session configuration is honoured (its additional headers arrive), and Spool still refuses redirects")
+    @Test(
+        "a session configuration is honoured (its additional headers arrive), and Spool still refuses redirects",
+        .needsChildProcesses)
     func sessionConfiguration() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -142,17 +144,10 @@ struct UploadRequestTests {
             "mode": "redirect", "status": 302, "location": other.url.absoluteString, "times": 1,
         ])
         let body = Data(#"{"events":[]}"#.utf8)
-        let send = {
-            await withCheckedContinuation { continuation in
-                dispatcher.dispatchEvent(event: EventForDispatch(url: collector.url, body: body)) {
-                    continuation.resume(returning: $0)
-                }
-            }
-        }
-        let redirected = await send()
+        let redirected = await dispatcher.dispatch(body, to: collector.url)
         #expect(!redirected.isSuccess)
         #expect(other.requests().isEmpty, "the redirect was not followed")
-        #expect(await send().isSuccess)
+        #expect(await dispatcher.dispatch(body, to: collector.url).isSuccess)
         #expect(collector.requests().map { $0.header("X-From-Configuration") } == ["yes", "yes"])
     }
 
@@ -160,7 +155,7 @@ struct UploadRequestTests {
 
     @Test(
         "a 415 to a gzipped body turns gzip off for good and resends at once, unless Accept-Encoding lists gzip",
-        arguments: [("identity", true), ("", true), ("gzip", false)])
+        .needsChildProcesses, arguments: [("identity", true), ("", true), ("gzip", false)])
     func unsupportedEncoding(acceptEncoding: String, fallsBack: Bool) async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -187,7 +182,9 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("an identity upload (sent from the uploader's queue, no task) that hangs times out and is retried")
+    @Test(
+        "an identity upload (sent from the uploader's queue, no task) that hangs times out and is retried",
+        .needsChildProcesses)
     func identityUploadHangs() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -206,22 +203,17 @@ struct UploadRequestTests {
         await engine.close()
     }
 
-    @Test("the 3.5 MB bound is on the body before compression: a batch that gzips small is still split")
+    @Test(
+        "the 3.5 MB bound is on the body before compression: a batch that gzips small is still split",
+        .needsChildProcesses)
     func boundBeforeCompression() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
-        try await engine.start()
-        let blob = String(repeating: "x", count: 900_000)
-        let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })
-        try await engine.flush()
-        let requests = collector.requests()
+        let (collector, requests, ids) = try await flushSixLargeEvents(directory)
         #expect(requests.count >= 2, "split although all of it gzips to a few KB")
         #expect(requests.allSatisfy { $0.content_encoding == "gzip" && $0.bytes < 100_000 }, "\(requests.map(\.bytes))")
         #expect(
             requests.allSatisfy { ($0.decoded_bytes ?? .max) <= 3_500_000 }, "\(requests.map(\.decoded_bytes))")
         #expect(Set(collector.acceptedIDs()).isSuperset(of: ids))
-        await engine.close()
     }
 
     // MARK: - A custom transport
