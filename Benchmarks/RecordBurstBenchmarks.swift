@@ -30,15 +30,24 @@ struct RecordBurstBenchmarks {
         // A histogram, not a sample per call: a million samples would be 8 MB
         // of the resident memory this measures.
         var calls = Histogram()
+        let log = engine.eventLog!
+        // What waits for the writer, sampled every 1,024 calls (one lock each).
+        var depths: [Double] = []
+        depths.reserveCapacity(count / 1_024 + 1)
         let started = now()
-        for _ in 0..<count {
+        let callerCPU = threadCPUTime()
+        for index in 0..<count {
             let before = now()
             try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
             calls.add(now() - before)
+            if index & 1_023 == 1_023 { depths.append(Double(log.bufferedCount)) }
         }
         let recorded = now()
+        let callerCPUPerEvent = Double(threadCPUTime() - callerCPU) / Double(count)
+        let waits = log.waitsForRoom
         try await engine.settle()
         let seconds = Double(now() - started) / 1e9
+        let writerCPUPerEvent = log.writerCPUPerEvent ?? .nan
         let peak = megabytes(peakRSS())
         let stored = try await engine.storedEventCount(named: "purchase")
         await engine.close()
@@ -55,6 +64,22 @@ struct RecordBurstBenchmarks {
             Row(
                 area: "burst", name: "events lost in the \(label) burst", value: Double(count - stored), unit: "events",
                 detail: "\(stored) of \(count) stored", target: 0, comparison: .atMost))
+        report.add(
+            Row(
+                area: "burst", name: "writer CPU / caller CPU per event, \(label) burst",
+                value: writerCPUPerEvent / callerCPUPerEvent, unit: "×",
+                detail:
+                    "writer \(formatNumber(writerCPUPerEvent / 1_000)) µs, caller \(formatNumber(callerCPUPerEvent / 1_000)) µs of thread CPU per event; below 1 the writer keeps up",
+                target: 1, comparison: .atMost))
+        let depth = Samples(values: depths)
+        let bound = WriteBufferLimit.default.maximumEvents
+        report.add(
+            Row(
+                area: "burst", name: "events waiting for the writer in the \(label) burst, p90 of samples",
+                value: depth.percentile(0.9), unit: "events",
+                detail:
+                    "median \(formatNumber(depth.median)), max \(formatNumber(depth.max)) of the \(bound) bound; \(waits) calls waited for room",
+                target: Double(bound / 4), comparison: .atMost))
         report.add(
             Row(
                 area: "burst", name: "worst caller stall in the \(label) burst (buffer bound)", value: samples.max,

@@ -13,8 +13,9 @@ package final class Checkpointer: @unchecked Sendable {
     // Safe: `connection` is only touched on `queue`; `flags` is behind its lock.
     private let queue = DispatchQueue(label: "spool.checkpoint", qos: .utility)
     private var connection: Connection?
-    /// A pass is queued; passes are paused (the app is in the background).
-    private let flags = Protected((pending: false, paused: false))
+    /// A pass is queued; passes are paused (the app is in the background);
+    /// the writer restarted the WAL since ``takeRestarted()`` last asked.
+    private let flags = Protected((pending: false, paused: false, restarted: false))
     /// WAL pages after which a background checkpoint is requested (SQLite's
     /// default threshold too).
     package let thresholdPages: Int32
@@ -28,6 +29,9 @@ package final class Checkpointer: @unchecked Sendable {
     /// and the next commit writes the WAL from its beginning.
     package let restartPages: Int32
 
+    /// The WAL size past which the writer restarts it, by default.
+    package static let restartBytes = 16 << 20
+
     /// The writer's busy timeout, restored after a restart attempt.
     private let busyTimeoutMilliseconds: Int32
 
@@ -36,7 +40,8 @@ package final class Checkpointer: @unchecked Sendable {
     ///     (4 MiB: SQLite's default of 1,000 pages of 4 KiB).
     ///   - restartBytes: WAL size past which the writer restarts it (16 MiB).
     package init(
-        path: String, options: ConnectionOptions, thresholdBytes: Int = 4 << 20, restartBytes: Int = 16 << 20
+        path: String, options: ConnectionOptions, thresholdBytes: Int = 4 << 20,
+        restartBytes: Int = Checkpointer.restartBytes
     ) throws {
         self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         let connection = try Connection(path: path, options: options)
@@ -65,6 +70,7 @@ package final class Checkpointer: @unchecked Sendable {
                     sqlite3_busy_timeout(writer, 0)
                     sqlite3_wal_checkpoint_v2(writer, database, SQLITE_CHECKPOINT_RESTART, nil, nil)
                     sqlite3_busy_timeout(writer, checkpointer.busyTimeoutMilliseconds)
+                    checkpointer.flags.withLock { $0.restarted = true }
                     checkpointer.request()
                 } else if pages >= checkpointer.thresholdPages {
                     checkpointer.request()
@@ -72,6 +78,16 @@ package final class Checkpointer: @unchecked Sendable {
                 return SQLITE_OK
             },
             Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Whether the writer restarted the WAL (it had reached
+    /// ``restartPages``) since the last call: its file is then that large
+    /// until truncated.
+    package func takeRestarted() -> Bool {
+        flags.withLock { flags in
+            defer { flags.restarted = false }
+            return flags.restarted
+        }
     }
 
     /// Asks for a checkpoint; requests while one is pending coalesce.

@@ -1,23 +1,42 @@
 import Foundation
 
 extension Connection {
-    /// How many times `name` occurs in the history between `since` and
-    /// `until` (inclusive), counting no further than `cap` (an EVENT_FREQUENCY
-    /// rule only needs to know whether the count passes its N, so the index
-    /// scan stops at N + 1).
-    package func historyCount(of name: String, since: Double?, until: Double, cap: Int) throws -> Int {
-        try withStatement(
+    /// Where a history count ends.
+    package enum HistoryCountEnd: Sendable {
+        /// Every occurrence recorded up to this time (a count "now": nothing
+        /// later exists yet).
+        case through(Double)
+        /// Every occurrence before the millisecond this time falls in. For a
+        /// count at an event's time, which adds that millisecond's
+        /// occurrences up to the event itself (the row counts them all,
+        /// later ones too).
+        case beforeMillisecondOf(Double)
+    }
+
+    /// How many times `name` occurs in the history from the millisecond of
+    /// `since` (nil: ever) to `end`, counting no further than `cap` (an
+    /// EVENT_FREQUENCY rule only needs to know whether the count passes its
+    /// N, so the index scan stops after N + 1 rows: each counts at least one
+    /// occurrence).
+    package func historyCount(of name: String, since: Double?, end: HistoryCountEnd, cap: Int) throws -> Int {
+        let (comparison, bound) =
+            switch end {
+            case .through(let time): ("<=", time)
+            case .beforeMillisecondOf(let time): ("<", HistoryMillisecond.of(time))
+            }
+        let total = try withStatement(
             """
-            SELECT count(*) FROM (SELECT 1 FROM event_history \
-            WHERE name = ? AND recorded_at BETWEEN ? AND ? LIMIT ?)
+            SELECT coalesce(sum(occurrences), 0) FROM (SELECT occurrences FROM event_history \
+            WHERE name = ? AND recorded_at >= ? AND recorded_at \(comparison) ? LIMIT ?)
             """
         ) { statement in
             try statement.bind(name, at: 1)
-            try statement.bind(since ?? -Double.greatestFiniteMagnitude, at: 2)
-            try statement.bind(until, at: 3)
+            try statement.bind(since.map(HistoryMillisecond.of) ?? -Double.greatestFiniteMagnitude, at: 2)
+            try statement.bind(bound, at: 3)
             try statement.bind(cap, at: 4)
             return try statement.step() ? statement.int(at: 0) : 0
         }
+        return min(total, cap)
     }
 
     /// Deletes the oldest history rows: those recorded before `cutoff`, and
@@ -57,8 +76,9 @@ extension Connection {
         return deleted
     }
 
-    /// How many rows the history holds, from its ids (O(1): only prefixes are
-    /// ever deleted).
+    /// How many rows the history holds (each counts one name's occurrences
+    /// in one millisecond), from its ids (O(1): only prefixes are ever
+    /// deleted).
     package func historyRowCount() throws -> Int {
         try withStatement("SELECT max(id) - min(id) + 1 FROM event_history") { statement in
             try statement.step() && !statement.isNull(at: 0) ? statement.int(at: 0) : 0

@@ -24,6 +24,10 @@ package final class Connection {
     private var statements: [String: Statement] = [:]
     private var isClosed = false
 
+    /// The largest a WAL file stays after it starts over: above the size at
+    /// which the writer restarts it.
+    package static let walSizeLimitBytes = Checkpointer.restartBytes + (4 << 20)
+
     /// The path that opens a private in-memory database.
     package static let inMemoryPath = ":memory:"
 
@@ -122,9 +126,14 @@ package final class Connection {
             throw StorageError.pragmaNotApplied(
                 path: path, pragma: "synchronous", expected: "\(level)", actual: "\(synchronous)")
         }
-        // After the WAL starts over, truncate its file to 4 MiB so one burst
-        // does not keep its size on disk forever.
-        if !isInMemory { _ = try scalarInt("PRAGMA journal_size_limit = 4194304") }
+        // After the WAL starts over, SQLite truncates its file to this size.
+        // Above the size at which the writer restarts it (16 MiB), so under
+        // continuous writes the file is overwritten in place: truncating it
+        // to 4 MiB on every restart made the kernel free and allocate 12 MiB
+        // of pages each time (a tenth of the writer's time in a burst). The
+        // log truncates the file once the writer is idle again
+        // (`EventLog.scheduleShrink`), so a burst does not keep its size.
+        if !isInMemory { _ = try scalarInt("PRAGMA journal_size_limit = \(Self.walSizeLimitBytes)") }
         try execute("PRAGMA foreign_keys = ON")
         guard try scalarInt("PRAGMA foreign_keys") == 1 else {
             throw StorageError.pragmaNotApplied(path: path, pragma: "foreign_keys", expected: "1", actual: "0")

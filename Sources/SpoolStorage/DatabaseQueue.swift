@@ -67,6 +67,12 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.setSpecific(key: Self.identity, value: ObjectIdentifier(self))
     }
 
+    /// Whether the WAL grew to the size where the writer starts it over since
+    /// the last call (its file keeps that size until truncated).
+    package func takeWALRestarted() -> Bool {
+        checkpointer?.takeRestarted() ?? false
+    }
+
     deinit {
         // No block on `queue` can be running: each one holds `self`. So close
         // directly — `close()`'s queue.sync would deadlock if the last

@@ -20,12 +20,20 @@ extension EventLog {
     /// (disk full, I/O) keeps everything buffered, in order, for a retry.
     func commitBuffered(_ connection: Connection) {
         database.assertOnQueue()
+        let started = threadCPUNanoseconds()
         // Take the whole buffer in O(1); appenders start a fresh one.
         let (staged, waiting) = state.withLock { state -> ([Pending], Bool) in
             var staged: [Pending] = []
             swap(&staged, &state.buffer)
             state.bufferedBytes = 0
             return (staged, state.waitingForRoom > 0)
+        }
+        defer {
+            let spent = threadCPUNanoseconds() &- started
+            state.withLock { state in
+                state.writerCPU.nanoseconds &+= spent
+                state.writerCPU.events += staged.count
+            }
         }
         if waiting { state.broadcast() }  // there is room again
         var start = staged.startIndex
@@ -140,7 +148,14 @@ extension EventLog {
             // 50 ms, doubling, at most 5 s between attempts.
             return min(5, 0.05 * pow(2, Double(min(state.consecutiveFailures - 1, 10))))
         }
-        if let delay { scheduleCommit(after: delay) }
+        if let delay {
+            scheduleCommit(after: delay)
+        } else if database.takeWALRestarted() {
+            // Idle after a burst that grew the WAL to its restart size: give
+            // the file back a little later (commits overwrite it in place
+            // while busy; see `Connection.walSizeLimitBytes`).
+            scheduleShrink()
+        }
     }
 
     /// The rows a committed group became (their positions end at `head`).
@@ -200,32 +215,30 @@ extension EventLog {
             }
             if let maximumRetained { try connection.enforceRetention(maximum: maximumRetained, head: seq) }
             if historyRows > 0 {
-                // Copied inside SQLite from the rows just written (their pages
-                // are in the cache), one statement per run of events that add
-                // to the history: no per-row bind and step from Swift (that
-                // cost a microsecond an event).
-                try connection.withStatement(
-                    """
-                    INSERT INTO event_history (name, recorded_at) \
-                    SELECT name, recorded_at FROM events WHERE seq BETWEEN ? AND ?
-                    """
-                ) { history in
-                    let first = seq - Int64(group.count) + 1
-                    var runStart: Int64?
-                    for (offset, index) in group.indices.enumerated() {
-                        let position = first + Int64(offset)
-                        if group[index].record.addsToHistory {
-                            if runStart == nil { runStart = position }
-                            if index != group.indices.last { continue }
-                        }
-                        guard let start = runStart else { continue }
-                        let end = group[index].record.addsToHistory ? position : position - 1
-                        try history.bind(start, at: 1)
-                        try history.bind(end, at: 2)
+                // One upsert per run of events with the same name in the
+                // same millisecond: a burst adds to a few rows instead of
+                // writing (and later pruning) one per event.
+                try connection.withStatement(HistoryMillisecond.addSQL) { history in
+                    var run: (name: String, millisecond: Double, occurrences: Int)?
+                    func add(_ run: (name: String, millisecond: Double, occurrences: Int)) throws {
+                        try history.bind(run.name, at: 1)
+                        try history.bind(run.millisecond, at: 2)
+                        try history.bind(run.occurrences, at: 3)
                         try history.step()
                         history.resetKeepingBindings()
-                        runStart = nil
                     }
+                    for index in group.indices where group[index].record.addsToHistory {
+                        let millisecond = HistoryMillisecond.of(group[index].record.recordedAt)
+                        if let current = run, current.millisecond == millisecond,
+                            current.name == group[index].record.name
+                        {
+                            run?.occurrences += 1
+                        } else {
+                            if let run { try add(run) }
+                            run = (group[index].record.name, millisecond, 1)
+                        }
+                    }
+                    if let run { try add(run) }
                 }
             }
             if pruneHistory, let limits = historyLimits {
@@ -239,6 +252,13 @@ extension EventLog {
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
         return head
+    }
+
+    /// CPU time of the calling thread, in nanoseconds.
+    private func threadCPUNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 
     func failAll(_ error: any Error) {

@@ -100,6 +100,11 @@ package final class EventLog: Sendable {
         var historySincePrune = 0
         /// Appenders waiting for room.
         var waitingForRoom = 0
+        /// Times an appender found the buffer at its bound and waited.
+        var waitsForRoom = 0
+        /// CPU time the writer's thread spent in commits, and the events
+        /// they committed (what spool-bench compares with the caller's).
+        var writerCPU: (nanoseconds: UInt64, events: Int) = (0, 0)
         /// Whether a timer waits to give the file's space back.
         var shrinkScheduled = false
         var shrinkDelay: TimeInterval = 5
@@ -254,7 +259,10 @@ package final class EventLog: Sendable {
     ///   failing or no room came in time; ``StorageError/closed``.
     package func waitForRoom(for record: EventRecord) throws {
         let needed = record.bufferedBytes
-        state.withLock { $0.waitingForRoom += 1 }
+        state.withLock { state in
+            state.waitingForRoom += 1
+            state.waitsForRoom += 1
+        }
         let hasRoom = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
             state.closed || state.consecutiveFailures > 0 || state.hasRoom(for: needed)
         }
@@ -329,6 +337,18 @@ package final class EventLog: Sendable {
 
     /// Bytes (parameter JSON and names) accepted but not yet committed.
     package var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
+
+    /// How many times an appender found the buffer at its bound and waited
+    /// for the writer: zero while the writer keeps up.
+    package var waitsForRoom: Int { state.withLock { $0.waitsForRoom } }
+
+    /// The writer's thread CPU time per committed event so far, in
+    /// nanoseconds (nil before the first commit).
+    package var writerCPUPerEvent: Double? {
+        state.withLock { state in
+            state.writerCPU.events == 0 ? nil : Double(state.writerCPU.nanoseconds) / Double(state.writerCPU.events)
+        }
+    }
 
     /// Drops every buffered (uncommitted) event: their waiters get `reason`.
     /// For erasure on a full disk, where they must never reach the file.

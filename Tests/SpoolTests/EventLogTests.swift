@@ -140,6 +140,62 @@ struct EventLogTests {
         #expect(names == flags.enumerated().filter(\.element).map { "e\($0.offset)" }.joined(separator: ","))
     }
 
+    @Test("a history row counts one name's occurrences in one millisecond, across commits")
+    func historyCountsByNameAndMillisecond() async throws {
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
+        defer { log.database.close() }
+        func append(_ name: String, at time: Double, history: Bool = true) throws {
+            try log.append(EventRecord(name: name, parametersJSON: "{}", recordedAt: time, addsToHistory: history))
+        }
+        try append("a", at: 10.0001)
+        try append("a", at: 10.0002)
+        try append("b", at: 10.0003)
+        try append("a", at: 10.0004)  // the same millisecond, after another name
+        try append("a", at: 10.0005, history: false)
+        try append("a", at: 10.0011)
+        try append("a", at: -0.0004)  // before 1970: rounded down too
+        try await log.waitUntilAllDurable()
+        try append("a", at: 10.0009)  // a later commit adds to the row
+        try await log.waitUntilAllDurable()
+        let rows = try log.database.sync {
+            try $0.scalarString(
+                """
+                SELECT group_concat(name || '@' || printf('%.3f', recorded_at) || 'x' || occurrences, ' ') \
+                FROM (SELECT * FROM event_history ORDER BY id)
+                """)
+        }
+        #expect(rows == "a@10.000x4 b@10.000x1 a@10.001x1 a@-0.001x1")
+        let ends = try log.database.sync { connection in
+            try [
+                connection.historyCount(of: "a", since: nil, end: .through(10.0002), cap: 100),
+                connection.historyCount(of: "a", since: nil, end: .beforeMillisecondOf(10.0002), cap: 100),
+                connection.historyCount(of: "a", since: 10.0005, end: .through(11), cap: 100),
+                connection.historyCount(of: "a", since: nil, end: .through(11), cap: 3),
+            ]
+        }
+        // Through a time: whole milliseconds up to it (the row is at 10.000);
+        // before a millisecond: not that one; since: from its millisecond.
+        #expect(ends == [5, 1, 5, 3])
+    }
+
+    @Test("after a burst that grew the WAL to its restart size, the file is truncated once the writer is idle")
+    func theWALIsTruncatedAfterABurst() async throws {
+        let directory = TemporaryDirectory()
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
+        log.shrinkDelay = 0.05
+        let json = "{\"padding\":\"" + String(repeating: "x", count: 400) + "\"}"
+        // About 30 MB of rows: the WAL passes its 16 MiB restart size.
+        for _ in 0..<70_000 {
+            try log.append(EventRecord(name: "bulk", parametersJSON: json, recordedAt: 1, addsToHistory: true))
+        }
+        try await log.waitUntilAllDurable()
+        let wal = directory.databaseURL.path + "-wal"
+        func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? -1 }
+        #expect(try await waitUntil { walBytes() == 0 }, "the WAL still holds \(walBytes()) bytes")
+        await log.close()
+        log.database.close()
+    }
+
     @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)

@@ -84,6 +84,49 @@ struct MigrationTests {
         }
     }
 
+    @Test("0005 merges the history into one row per name and millisecond, as the writer keys them")
+    func historyMergesIntoMilliseconds() throws {
+        let directory = TemporaryDirectory()
+        let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
+        defer { connection.close() }
+        try migrator.migrate(connection, upTo: 4)
+        // Times whose products by 1000 sit on, just below and just above a
+        // millisecond, before 1970, and far out.
+        let times: [Double] = [
+            1_764_411_330.123, 1_764_411_330.1234, 1_764_411_330.1239, 1_764_411_330.124, 0.001, 0.0009999,
+            -0.0004, -1.5005, 1e-9, 253_402_300_799.999, 1_700_000_000.5,
+        ]
+        for (index, time) in times.enumerated() {
+            for name in index.isMultiple(of: 2) ? ["x", "y"] : ["x"] {
+                try connection.withStatement("INSERT INTO event_history (name, recorded_at) VALUES (?, ?)") {
+                    try $0.bind(name, at: 1)
+                    try $0.bind(time, at: 2)
+                    try $0.step()
+                }
+            }
+        }
+        try migrator.migrate(connection)
+        var expected: [String: Int] = [:]
+        for (index, time) in times.enumerated() {
+            for name in index.isMultiple(of: 2) ? ["x", "y"] : ["x"] {
+                expected["\(name) \(HistoryMillisecond.of(time))", default: 0] += 1
+            }
+        }
+        var merged: [String: Int] = [:]
+        try connection.withStatement("SELECT name, recorded_at, occurrences FROM event_history") { statement in
+            while try statement.step() {
+                merged["\(statement.string(at: 0)) \(statement.double(at: 1))"] = statement.int(at: 2)
+            }
+        }
+        #expect(merged == expected)
+        #expect(merged.values.reduce(0, +) == times.count + (times.count + 1) / 2)
+        // The writer's upsert relies on this unique key.
+        #expect(
+            try connection.scalarInt(
+                "SELECT \"unique\" FROM pragma_index_list('event_history') WHERE name = 'event_history_by_name_time'")
+                == 1)
+    }
+
     @Test func aNewerSchemaIsRefusedAndLeftUntouched() throws {
         let directory = TemporaryDirectory()
         try DatabaseQueue(path: directory.databaseURL.path).close()

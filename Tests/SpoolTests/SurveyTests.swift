@@ -202,6 +202,29 @@ struct SurveyTests {
         await engine.close()
     }
 
+    @Test("S3 at an event: a rule counts occurrences up to that event, also within one millisecond")
+    func countsAtAnEventStopAtTheEvent() async throws {
+        let triggers = TriggerLog()
+        let engine = try await engine(triggers: triggers)
+        try engine.surveys.register(
+            Survey(
+                id: "exactly", triggerEventNames: ["buy"],
+                conditions: .eventFrequency(EventFrequency("buy", .exactly, 100))))
+        try engine.surveys.register(
+            Survey(
+                id: "atLeast", triggerEventNames: ["buy"],
+                conditions: .eventFrequency(EventFrequency("buy", .atLeast, 150))))
+        // A tight loop: many of these share a millisecond, and so a history
+        // row that already counts the ones after each.
+        for index in 0..<200 { try engine.record("buy", parameters: ["i": .int(index)]) }
+        try await engine.settle()
+        let fired = triggers.triggers.withLock { $0.map { ($0.surveyID, $0.event.parameters["i"]) } }
+        #expect(fired.filter { $0.0 == "exactly" }.map(\.1) == [.int(99)], "the 100th, and only it")
+        #expect(fired.filter { $0.0 == "atLeast" }.map(\.1) == (149..<200).map { .int($0) })
+        #expect(try await engine.surveys.evaluate(.eventFrequency(EventFrequency("buy", .exactly, 200))))
+        await engine.close()
+    }
+
     @Test func triggersStreamEndsOnClose() async throws {
         let engine = try await startedEngine()
         try engine.surveys.register(Survey(id: "w"))
@@ -222,7 +245,9 @@ struct HistoryRetentionTests {
         let directory = TemporaryDirectory()
         let configure: (inout EngineConfiguration) -> Void = { $0.maximumHistoryRows = 1_500 }
         let engine = try await startedEngine(directory, configure: configure)
-        for index in 0..<6_000 { try engine.record("tap", parameters: ["i": .int(index)]) }
+        // A name per event: a row counts one name in one millisecond, so
+        // each of these is a row of its own however fast they come.
+        for index in 0..<6_000 { try engine.record("tap\(index)") }
         try await engine.settle()
         let whileRunning = try await engine.query { try $0.historyRowCount() }
         #expect(whileRunning <= 1_500 + 1_024 + EventLog.maximumGroupSize, "pruned as it goes: \(whileRunning)")
@@ -231,10 +256,30 @@ struct HistoryRetentionTests {
         let restarted = try await startedEngine(directory, configure: configure)
         // 1,500 kept at start, then the restart's own session_start.
         #expect(try await restarted.query { try $0.historyRowCount() } == 1_501)
-        #expect(
-            try await restarted.surveys.evaluate(.eventFrequency(EventFrequency("tap", .exactly, 1_500))),
-            "the newest kept")
+        func count(_ name: String) async throws -> Bool {
+            try await restarted.surveys.evaluate(.eventFrequency(EventFrequency(name, .exactly, 1)))
+        }
+        let (newest, oldestKept, firstGone) = try await (count("tap5999"), count("tap4500"), count("tap4499"))
+        #expect(newest && oldestKept, "the newest kept")
+        #expect(!firstGone, "the oldest gone")
         await restarted.close()
+    }
+
+    @Test("a burst of one name costs a few history rows, and counts every occurrence")
+    func aBurstAddsToFewRows() async throws {
+        let engine = try await startedEngine()
+        for _ in 0..<5_000 { try engine.record("tap") }
+        try await engine.settle()
+        let (rows, occurrences) = try await engine.query { connection in
+            (
+                try connection.scalarInt("SELECT count(*) FROM event_history WHERE name = 'tap'"),
+                try connection.scalarInt("SELECT sum(occurrences) FROM event_history WHERE name = 'tap'")
+            )
+        }
+        #expect(occurrences == 5_000)
+        #expect(rows < 5_000, "rows: \(rows), one per millisecond the burst spanned")
+        #expect(try await engine.surveys.evaluate(.eventFrequency(EventFrequency("tap", .exactly, 5_000))))
+        await engine.close()
     }
 
     @Test("the defaults: 90 days and 100,000 rows")

@@ -81,10 +81,12 @@ public struct EngineConfiguration: Sendable {
     /// kept). Pruning runs at `start()` and as events are committed; its cost
     /// is proportional to what it deletes.
     public var historyRetention: TimeInterval?
-    /// The most occurrences the event history keeps; past it the oldest go.
-    /// `nil` keeps every row within ``historyRetention``. Default 100,000
-    /// (about 7 MB on disk), which holds 90 days of a user who records a
-    /// thousand events a day.
+    /// The most rows the event history keeps; past it the oldest go. A row
+    /// counts one event name's occurrences in one millisecond: an event
+    /// recorded on its own is a row, a burst of one name a row per
+    /// millisecond it spans. `nil` keeps every row within
+    /// ``historyRetention``. Default 100,000 (about 7 MB on disk), which
+    /// holds 90 days of a user who records a thousand events a day.
     public var maximumHistoryRows: Int?
     /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
     public var writeBuffer: WriteBufferLimit

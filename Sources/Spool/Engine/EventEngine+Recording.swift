@@ -117,7 +117,7 @@ extension EventEngine {
         let priority = configuration.priorityEventNames.contains(name)
         var record = EventRecord(
             name: name, parametersJSON: json, recordedAt: Date().timeIntervalSince1970, priority: priority,
-            addsToHistory: name != Self.heartbeatEventName)
+            addsToHistory: ReservedEventName.entersHistory(name))
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
         // buffer is full, wait for the writer outside the lock and try again.

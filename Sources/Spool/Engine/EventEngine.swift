@@ -394,6 +394,12 @@ public final class EventEngine: Sendable {
         }
     }
 
+    /// The open event log, for package-level tools (spool-bench reads how
+    /// much waits for the writer).
+    package var eventLog: EventLog? {
+        state.withLock { $0.log }
+    }
+
     /// The open database's queue, for package-level tools (spool-bench).
     package var databaseQueue: DatabaseQueue? {
         state.withLock { $0.log?.database }

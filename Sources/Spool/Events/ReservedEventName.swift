@@ -5,4 +5,10 @@ enum ReservedEventName {
     static let heartbeat = "flush_event"
     /// Recorded when a session starts; delivered like any event.
     static let sessionStart = "session_start"
+
+    /// Whether an event of this name is added to the event history: every
+    /// one but the heartbeat.
+    static func entersHistory(_ name: String) -> Bool {
+        name != heartbeat
+    }
 }

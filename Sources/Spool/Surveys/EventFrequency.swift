@@ -5,7 +5,10 @@ import Foundation
 ///
 /// Counted over the user's persisted event history, which survives restarts
 /// and upload (kept for ``EngineConfiguration/historyRetention``, at most
-/// ``EngineConfiguration/maximumHistoryRows`` rows). Survey
+/// ``EngineConfiguration/maximumHistoryRows`` rows, each counting one name's
+/// occurrences in one millisecond). At an event, the count runs up to and
+/// including that event; a window's far end is measured to the
+/// millisecond. Survey
 /// lifecycle events count like any other event; `flush_event` is never in
 /// the history.
 ///

@@ -52,6 +52,10 @@ public final class SurveyCenter: Sendable {
 
     private let state = Protected(State())
     private let context: Context
+    /// Per event name, the last millisecond delivered and how many of its
+    /// occurrences were delivered in it so far (only touched by ``follow(_:)``
+    /// on the delivery queue; locked to be `Sendable`).
+    private let lastMillisecond = Protected([String: (millisecond: Double, occurrences: Int)]())
     private let triggerCallbacks = SubscriptionRegistry<TriggerTopic, SurveyTrigger>()
 
     /// Survey triggers have one topic.
@@ -208,7 +212,7 @@ public final class SurveyCenter: Sendable {
         guard let database = context.database() else { throw SpoolError.notStarted }
         let now = Date().timeIntervalSince1970
         return try await SpoolError.bridgingAsync {
-            try await database.run { try condition.holds(at: now, in: $0) }
+            try await database.run { try condition.holds(at: .now(now), in: $0) }
         }
     }
 
@@ -236,15 +240,18 @@ extension SurveyCenter: DeliveryFollower {
     /// whole group in one trip to the database, each at its event's time.
     func follow(_ events: [StoredEvent]) {
         let candidates = events.map { self.candidates(for: $0.name) }
+        let sameMillisecond = occurrencesInMillisecond(events, where: candidates)
         guard candidates.contains(where: { !$0.isEmpty }) else { return }
         var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
         if candidates.contains(where: { $0.contains { $0.conditions != .always } }), let database = context.database() {
-            let times = events.map(\.recordedAt)
+            let times = events.indices.map {
+                EvaluationTime.event(at: events[$0].recordedAt, sameMillisecond: sameMillisecond[$0])
+            }
             do {
                 verdicts = try database.sync { connection in
-                    try zip(candidates, times).map { surveys, now in
+                    try zip(candidates, times).map { surveys, time in
                         try surveys.map {
-                            try $0.conditions == .always || $0.conditions.holds(at: now, in: connection)
+                            try $0.conditions == .always || $0.conditions.holds(at: time, in: connection)
                         }
                     }
                 }
@@ -259,6 +266,45 @@ extension SurveyCenter: DeliveryFollower {
             let recorded = RecordedEvent(event, parameters: event.deliveredParameters)
             for (survey, holds) in zip(candidates[index], verdicts[index]) where holds {
                 triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
+            }
+        }
+    }
+}
+
+extension SurveyCenter {
+    /// For each event with candidates, how many times each name its
+    /// candidates' conditions count occurred in the event's millisecond up
+    /// to and including it (the history's row for that millisecond may
+    /// already count later ones). Follows every delivered event, in log
+    /// order; an occurrence delivered before any survey was registered, or
+    /// recorded by another process, is not seen here and so is not counted
+    /// within its own millisecond.
+    fileprivate func occurrencesInMillisecond(
+        _ events: [StoredEvent], where candidates: [[Survey]]
+    ) -> [[String: Int]] {
+        lastMillisecond.withLock { last in
+            events.indices.map { index in
+                let event = events[index]
+                let millisecond = HistoryMillisecond.of(event.recordedAt)
+                if ReservedEventName.entersHistory(event.name) {
+                    let seen = last[event.name]
+                    if let seen, seen.millisecond == millisecond {
+                        last[event.name] = (millisecond, seen.occurrences + 1)
+                    } else if seen.map({ $0.millisecond < millisecond }) ?? true {
+                        last[event.name] = (millisecond, 1)
+                        // Names come and go (a name per screen): forget those
+                        // not seen for a second.
+                        if last.count > 1_024 { last = last.filter { $0.value.millisecond >= millisecond - 1 } }
+                    }
+                }
+                guard candidates[index].contains(where: { $0.conditions != .always }) else { return [:] }
+                var counts: [String: Int] = [:]
+                for survey in candidates[index] {
+                    for name in survey.conditions.countedEventNames {
+                        if let seen = last[name], seen.millisecond == millisecond { counts[name] = seen.occurrences }
+                    }
+                }
+                return counts
             }
         }
     }
