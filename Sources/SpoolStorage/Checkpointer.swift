@@ -14,8 +14,9 @@ package final class Checkpointer: @unchecked Sendable {
     private let queue = DispatchQueue(label: "spool.checkpoint", qos: .utility)
     private var connection: Connection?
     /// A pass is queued; passes are paused (the app is in the background);
-    /// the writer restarted the WAL since ``takeRestarted()`` last asked.
-    private let flags = Protected((pending: false, paused: false, restarted: false))
+    /// the WAL passed the checkpoint threshold since ``takeGrown()`` last
+    /// asked.
+    private let flags = Protected((pending: false, paused: false, grown: false))
     /// WAL pages after which a background checkpoint is requested (SQLite's
     /// default threshold too).
     package let thresholdPages: Int32
@@ -70,29 +71,30 @@ package final class Checkpointer: @unchecked Sendable {
                     sqlite3_busy_timeout(writer, 0)
                     sqlite3_wal_checkpoint_v2(writer, database, SQLITE_CHECKPOINT_RESTART, nil, nil)
                     sqlite3_busy_timeout(writer, checkpointer.busyTimeoutMilliseconds)
-                    checkpointer.flags.withLock { $0.restarted = true }
-                    checkpointer.request()
+                    checkpointer.request(walGrown: true)
                 } else if pages >= checkpointer.thresholdPages {
-                    checkpointer.request()
+                    checkpointer.request(walGrown: true)
                 }
                 return SQLITE_OK
             },
             Unmanaged.passUnretained(self).toOpaque())
     }
 
-    /// Whether the writer restarted the WAL (it had reached
-    /// ``restartPages``) since the last call: its file is then that large
-    /// until truncated.
-    package func takeRestarted() -> Bool {
+    /// Whether the WAL passed ``thresholdPages`` since the last call: its
+    /// file is then at least that large until truncated (a WAL that starts
+    /// over keeps its file; see `Connection.walSizeLimitBytes`).
+    package func takeGrown() -> Bool {
         flags.withLock { flags in
-            defer { flags.restarted = false }
-            return flags.restarted
+            defer { flags.grown = false }
+            return flags.grown
         }
     }
 
     /// Asks for a checkpoint; requests while one is pending coalesce.
-    package func request() {
+    /// `walGrown`: the WAL passed the threshold (see ``takeGrown()``).
+    package func request(walGrown: Bool = false) {
         let start = flags.withLock { flags in
+            if walGrown { flags.grown = true }
             guard !flags.pending, !flags.paused else { return false }
             flags.pending = true
             return true

@@ -67,10 +67,10 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.setSpecific(key: Self.identity, value: ObjectIdentifier(self))
     }
 
-    /// Whether the WAL grew to the size where the writer starts it over since
-    /// the last call (its file keeps that size until truncated).
-    package func takeWALRestarted() -> Bool {
-        checkpointer?.takeRestarted() ?? false
+    /// Whether the WAL passed the checkpoint threshold (4 MiB) since the
+    /// last call: its file keeps that size until truncated.
+    package func takeWALGrown() -> Bool {
+        checkpointer?.takeGrown() ?? false
     }
 
     deinit {

@@ -150,10 +150,11 @@ extension EventLog {
         }
         if let delay {
             scheduleCommit(after: delay)
-        } else if database.takeWALRestarted() {
-            // Idle after a burst that grew the WAL to its restart size: give
-            // the file back a little later (commits overwrite it in place
-            // while busy; see `Connection.walSizeLimitBytes`).
+        } else if database.takeWALGrown() {
+            // Idle after the WAL passed the checkpoint threshold: give its
+            // file back a little later (commits overwrite it in place while
+            // busy, and a WAL that starts over keeps its file; see
+            // `Connection.walSizeLimitBytes`).
             scheduleShrink()
         }
     }

@@ -178,7 +178,7 @@ struct EventLogTests {
         #expect(ends == [5, 1, 5, 3])
     }
 
-    @Test("after a burst that grew the WAL to its restart size, the file is truncated once the writer is idle")
+    @Test("after a burst that grew the WAL, its file is truncated once the writer is idle")
     func theWALIsTruncatedAfterABurst() async throws {
         let directory = TemporaryDirectory()
         let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
