@@ -156,7 +156,7 @@ struct AppendBenchmarks {
         report.add(
             Row(
                 area: "append", name: "WAL file size at a 1M backlog", value: megabytes(walBytes), unit: "MB",
-                detail: "bounded by the writer's RESTART checkpoint past 4000 pages"))
+                detail: "overwritten in place up to the writer's RESTART at 16 MiB; truncated once the writer is idle"))
         report.add(
             Row(
                 area: "append", name: "process RSS before opening (runtime, Foundation, FoundationNetworking)",

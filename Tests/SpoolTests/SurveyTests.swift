@@ -214,6 +214,8 @@ struct SurveyTests {
             Survey(
                 id: "atLeast", triggerEventNames: ["buy"],
                 conditions: .eventFrequency(EventFrequency("buy", .atLeast, 150))))
+        // More names than the center follows at once (it forgets old ones).
+        for index in 0..<1_100 { try engine.record("screen\(index)") }
         // A tight loop: many of these share a millisecond, and so a history
         // row that already counts the ones after each.
         for index in 0..<200 { try engine.record("buy", parameters: ["i": .int(index)]) }

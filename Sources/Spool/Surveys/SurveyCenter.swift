@@ -293,8 +293,14 @@ extension SurveyCenter {
                     } else if seen.map({ $0.millisecond < millisecond }) ?? true {
                         last[event.name] = (millisecond, 1)
                         // Names come and go (a name per screen): forget those
-                        // not seen for a second.
-                        if last.count > 1_024 { last = last.filter { $0.value.millisecond >= millisecond - 1 } }
+                        // not seen for a second; past 1,024 names in a second,
+                        // all but this one (a name is only needed within its
+                        // millisecond, so little is lost, and each filter pass
+                        // then pays for a thousand appends).
+                        if last.count > 1_024 {
+                            last = last.filter { $0.value.millisecond >= millisecond - 1 }
+                            if last.count > 1_024 { last = [event.name: (millisecond, 1)] }
+                        }
                     }
                 }
                 guard candidates[index].contains(where: { $0.conditions != .always }) else { return [:] }
