@@ -1,38 +1,21 @@
 import Foundation
 
 extension Connection {
-    /// Where a history count ends.
-    package enum HistoryCountEnd: Sendable {
-        /// Every occurrence recorded up to this time (a count "now": nothing
-        /// later exists yet).
-        case through(Double)
-        /// Every occurrence before the millisecond this time falls in. For a
-        /// count at an event's time, which adds that millisecond's
-        /// occurrences up to the event itself (the row counts them all,
-        /// later ones too).
-        case beforeMillisecondOf(Double)
-    }
-
     /// How many times `name` occurs in the history from the millisecond of
-    /// `since` (nil: ever) to `end`, counting no further than `cap` (an
-    /// EVENT_FREQUENCY rule only needs to know whether the count passes its
-    /// N, so the index scan stops after N + 1 rows: each counts at least one
-    /// occurrence).
-    package func historyCount(of name: String, since: Double?, end: HistoryCountEnd, cap: Int) throws -> Int {
-        let (comparison, bound) =
-            switch end {
-            case .through(let time): ("<=", time)
-            case .beforeMillisecondOf(let time): ("<", HistoryMillisecond.of(time))
-            }
+    /// `since` (nil: ever) up to `until` (nil: everything committed),
+    /// counting no further than `cap` (an EVENT_FREQUENCY rule only needs
+    /// to know whether the count passes its N, so the index scan stops after
+    /// N + 1 rows: each counts at least one occurrence).
+    package func historyCount(of name: String, since: Double?, until: Double?, cap: Int) throws -> Int {
         let total = try withStatement(
             """
             SELECT coalesce(sum(occurrences), 0) FROM (SELECT occurrences FROM event_history \
-            WHERE name = ? AND recorded_at >= ? AND recorded_at \(comparison) ? LIMIT ?)
+            WHERE name = ? AND recorded_at BETWEEN ? AND ? LIMIT ?)
             """
         ) { statement in
             try statement.bind(name, at: 1)
             try statement.bind(since.map(HistoryMillisecond.of) ?? -Double.greatestFiniteMagnitude, at: 2)
-            try statement.bind(bound, at: 3)
+            try statement.bind(until ?? Double.greatestFiniteMagnitude, at: 3)
             try statement.bind(cap, at: 4)
             return try statement.step() ? statement.int(at: 0) : 0
         }

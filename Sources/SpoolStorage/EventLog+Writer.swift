@@ -101,7 +101,7 @@ extension EventLog {
         if recovered > 0 { failureHandler?(.commitRecovered(failures: recovered)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
-        handler?(group.count, head) { Self.committedEvents(group, head: head) }
+        handler?(group.count, head, { Self.committedEvents(group, head: head) }, connection)
         for waiter in ready { waiter.continuation.resume() }
         for (completion, position) in positions { completion(.success(position)) }
     }

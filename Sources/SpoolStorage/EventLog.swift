@@ -28,9 +28,12 @@ package final class EventLog: Sendable {
     package static let maximumWaitForRoom: TimeInterval = 2
 
     /// Called on the database queue after each commit with the number of
-    /// events committed, the log's head after it, and a builder for the
-    /// committed rows (call it only if someone needs them: it allocates).
-    package typealias CommitHandler = @Sendable (_ count: Int, _ head: Int64, _ events: () -> [StoredEvent]) -> Void
+    /// events committed, the log's head after it, a builder for the
+    /// committed rows (call it only if someone needs them: it allocates), and
+    /// the connection, for reads that must see the log as this commit left
+    /// it (before the next group commits).
+    package typealias CommitHandler =
+        @Sendable (_ count: Int, _ head: Int64, _ events: () -> [StoredEvent], _ connection: Connection) -> Void
 
     /// How much may wait for the writer.
     package struct Limits: Sendable, Hashable {

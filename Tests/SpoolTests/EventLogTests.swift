@@ -165,17 +165,17 @@ struct EventLogTests {
                 """)
         }
         #expect(rows == "a@10.000x4 b@10.000x1 a@10.001x1 a@-0.001x1")
-        let ends = try log.database.sync { connection in
+        let counts = try log.database.sync { connection in
             try [
-                connection.historyCount(of: "a", since: nil, end: .through(10.0002), cap: 100),
-                connection.historyCount(of: "a", since: nil, end: .beforeMillisecondOf(10.0002), cap: 100),
-                connection.historyCount(of: "a", since: 10.0005, end: .through(11), cap: 100),
-                connection.historyCount(of: "a", since: nil, end: .through(11), cap: 3),
+                connection.historyCount(of: "a", since: nil, until: 10.0002, cap: 100),
+                connection.historyCount(of: "a", since: nil, until: nil, cap: 100),
+                connection.historyCount(of: "a", since: 10.0005, until: 11, cap: 100),
+                connection.historyCount(of: "a", since: nil, until: nil, cap: 3),
             ]
         }
-        // Through a time: whole milliseconds up to it (the row is at 10.000);
-        // before a millisecond: not that one; since: from its millisecond.
-        #expect(ends == [5, 1, 5, 3])
+        // Until a time: whole milliseconds up to it (the row is at 10.000);
+        // since: from its millisecond on; the cap stops the count.
+        #expect(counts == [5, 6, 5, 3])
     }
 
     @Test("after a burst that grew the WAL, its file is truncated once the writer is idle")

@@ -227,6 +227,60 @@ struct SurveyTests {
         await engine.close()
     }
 
+    @Test("S3 at an event: a survey registered in the middle of a burst counts from the first event on")
+    func aSurveyRegisteredMidBurstCountsEverything() async throws {
+        for _ in 0..<3 {
+            let triggers = TriggerLog()
+            let engine = try await engine(triggers: triggers)
+            for index in 0..<4_000 {
+                if index == 2_000 {
+                    try engine.surveys.register(
+                        Survey(
+                            id: "exactly", triggerEventNames: ["y"],
+                            conditions: .eventFrequency(EventFrequency("y", .exactly, 2_001))))
+                }
+                try engine.record("y", parameters: ["i": .int(index)])
+            }
+            try await engine.settle()
+            let fired = triggers.triggers.withLock { $0.map { $0.event.parameters["i"] } }
+            #expect(fired == [.int(2_000)], "the 2,001st, and only it")
+            await engine.close()
+        }
+    }
+
+    @Test("S3 at an event: with threads recording at once, the Nth is the Nth in log order")
+    func concurrentRecordersCountInLogOrder() async throws {
+        let triggers = TriggerLog()
+        let engine = try await engine(triggers: triggers)
+        let counts = [1, 2, 3, 100, 1_000, 4_000, 7_999, 8_000]
+        for count in counts {
+            try engine.surveys.register(
+                Survey(
+                    id: "exactly \(count)", triggerEventNames: ["x"],
+                    conditions: .eventFrequency(EventFrequency("x", .exactly, count))))
+        }
+        try engine.surveys.register(
+            Survey(
+                id: "atMost 3", triggerEventNames: ["x"], conditions: .eventFrequency(EventFrequency("x", .atMost, 3))))
+        try engine.surveys.register(Survey(id: "log order", triggerEventNames: ["x"]))
+        // Each thread takes its timestamp before the append lock, so in log
+        // order the times go back and forth.
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            for index in 0..<2_000 { _ = try? engine.record("x", parameters: ["t": .int(thread), "i": .int(index)]) }
+        }
+        try await engine.settle()
+        let fired = triggers.triggers.withLock { $0 }
+        let order = fired.filter { $0.surveyID == "log order" }.map(\.event.seq)
+        try #require(order.count == 8_000)
+        func ordinals(_ id: String) -> [Int] {
+            fired.filter { $0.surveyID == id }.compactMap { trigger in order.firstIndex(of: trigger.event.seq) }
+                .map { $0 + 1 }
+        }
+        for count in counts { #expect(ordinals("exactly \(count)") == [count], "exactly \(count)") }
+        #expect(ordinals("atMost 3") == [1, 2, 3])
+        await engine.close()
+    }
+
     @Test func triggersStreamEndsOnClose() async throws {
         let engine = try await startedEngine()
         try engine.surveys.register(Survey(id: "w"))

@@ -231,9 +231,9 @@ public final class EventEngine: Sendable {
             let uploader = try await startUploader(log)
             // Weak: the log must not keep the delivery queue or the uploader
             // (which hold the log) alive.
-            log.setCommitHandler { [weak delivery, weak uploader] _, head, events in
+            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, connection in
                 // The rows are built only when someone will look at them.
-                if let delivery, delivery.isListening { delivery.enqueue(events()) }
+                if let delivery, delivery.isListening { delivery.enqueue(events(), committedOn: connection) }
                 uploader?.committed(head: head)
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }

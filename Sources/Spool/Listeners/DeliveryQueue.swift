@@ -6,8 +6,14 @@ import SpoolStorage
 protocol DeliveryFollower: Sendable {
     /// False when there is nothing to do (no surveys): delivery skips it.
     var isActive: Bool { get }
-    /// Called on the delivery queue after the group's listeners ran.
-    func follow(_ events: [StoredEvent])
+    /// Called on the database queue right after the group's commit, while
+    /// the log is as that commit left it: per event, the surveys it
+    /// triggers (conditions are counted here, so each event sees exactly
+    /// what came before it in the log, however far delivery lags).
+    func triggered(by events: [StoredEvent], in connection: Connection) -> [[Survey]]?
+    /// Called on the delivery queue after the group's listeners ran, with
+    /// what ``triggered(by:in:)`` returned (nil: it was not active then).
+    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?)
 }
 
 /// The one internal serial queue every listener, registration and stream is
@@ -85,12 +91,18 @@ package final class DeliveryQueue: @unchecked Sendable {
 
     // MARK: - Live delivery
 
-    /// Delivers committed events (called on the database queue).
-    package func enqueue(_ events: [StoredEvent]) {
-        queue.async { self.deliver(events) }
+    /// Delivers committed events (called on the database queue, right after
+    /// their commit: `connection` lets the follower read the log as that
+    /// commit left it).
+    package func enqueue(_ events: [StoredEvent], committedOn connection: Connection? = nil) {
+        let follower = hasConsumers.withLock { $0.follower }
+        let triggered = connection.flatMap { connection in
+            follower?.isActive == true ? follower?.triggered(by: events, in: connection) : nil
+        }
+        queue.async { self.deliver(events, triggered) }
     }
 
-    private func deliver(_ events: [StoredEvent]) {
+    private func deliver(_ events: [StoredEvent], _ triggered: [[Survey]]?) {
         dispatchPrecondition(condition: .onQueue(queue))
         let policy = self.policy()
         let hasObservers = !observers.isEmpty || !observers.registrations.isEmpty
@@ -109,7 +121,7 @@ package final class DeliveryQueue: @unchecked Sendable {
             if let parameters { deliverToObservers(event, parameters, listeners, entries) }
             deliverToDurables(event, parameters: parameters, policy: policy)
         }
-        follower?.follow(events)
+        follower?.follow(events, triggering: triggered)
         savePositions()
     }
 

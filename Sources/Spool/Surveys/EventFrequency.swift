@@ -7,8 +7,8 @@ import Foundation
 /// and upload (kept for ``EngineConfiguration/historyRetention``, at most
 /// ``EngineConfiguration/maximumHistoryRows`` rows, each counting one name's
 /// occurrences in one millisecond). At an event, the count runs up to and
-/// including that event; a window's far end is measured to the
-/// millisecond. Survey
+/// including that event, in log order; a window's far end is measured to
+/// the millisecond. Survey
 /// lifecycle events count like any other event; `flush_event` is never in
 /// the history.
 ///

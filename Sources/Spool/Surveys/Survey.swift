@@ -5,8 +5,9 @@ import Foundation
 /// Matching has two stages. An event is a *trigger candidate* for the survey
 /// when its name is in ``triggerEventNames`` (any name for a wildcard
 /// survey), except the survey lifecycle events and `flush_event`. Then the
-/// ``conditions`` are evaluated over the user's event history at the
-/// event's time; when they hold, ``SurveyCenter`` reports a
+/// ``conditions`` are evaluated over the user's event history as it stood
+/// at the event (up to and including it, in log order); when they hold,
+/// ``SurveyCenter`` reports a
 /// ``SurveyTrigger``. Spool does not show surveys: your trigger callback does.
 public struct Survey: Sendable, Hashable {
     /// The survey's id: non-empty and unique among registered surveys. It is

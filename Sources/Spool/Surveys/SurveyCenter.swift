@@ -52,10 +52,6 @@ public final class SurveyCenter: Sendable {
 
     private let state = Protected(State())
     private let context: Context
-    /// Per event name, the last millisecond delivered and how many of its
-    /// occurrences were delivered in it so far (only touched by ``follow(_:)``
-    /// on the delivery queue; locked to be `Sendable`).
-    private let lastMillisecond = Protected([String: (millisecond: Double, occurrences: Int)]())
     private let triggerCallbacks = SubscriptionRegistry<TriggerTopic, SurveyTrigger>()
 
     /// Survey triggers have one topic.
@@ -235,83 +231,81 @@ extension SurveyCenter: DeliveryFollower {
         state.withLock { !$0.surveys.isEmpty }
     }
 
-    /// Trigger candidacy and conditions for a group of committed events, in
-    /// log order (on the delivery queue). Conditions are evaluated for the
-    /// whole group in one trip to the database, each at its event's time.
-    func follow(_ events: [StoredEvent]) {
+    /// Trigger candidacy and conditions for a group of committed events, on
+    /// the database queue right after their commit: each condition counts
+    /// the history as the log stood at its event (what this commit wrote,
+    /// less the occurrences after the event in the group), so "the Nth" is
+    /// the Nth in log order however fast events come and however their
+    /// clocks interleave.
+    func triggered(by events: [StoredEvent], in connection: Connection) -> [[Survey]]? {
         let candidates = events.map { self.candidates(for: $0.name) }
-        let sameMillisecond = occurrencesInMillisecond(events, where: candidates)
-        guard candidates.contains(where: { !$0.isEmpty }) else { return }
-        var verdicts: [[Bool]] = candidates.map { $0.map { $0.conditions == .always } }
-        if candidates.contains(where: { $0.contains { $0.conditions != .always } }), let database = context.database() {
-            let times = events.indices.map {
-                EvaluationTime.event(at: events[$0].recordedAt, sameMillisecond: sameMillisecond[$0])
-            }
-            do {
-                verdicts = try database.sync { connection in
-                    try zip(candidates, times).map { surveys, time in
-                        try surveys.map {
-                            try $0.conditions == .always || $0.conditions.holds(at: time, in: connection)
-                        }
+        guard candidates.contains(where: { !$0.isEmpty }) else { return nil }
+        var triggered = candidates.map { $0.filter { $0.conditions == .always } }
+        guard candidates.contains(where: { $0.contains { $0.conditions != .always } }) else { return triggered }
+        do {
+            // Backwards, counting what follows each event as we go.
+            var later = LaterOccurrences(events)
+            for index in events.indices.reversed() {
+                if candidates[index].contains(where: { $0.conditions != .always }) {
+                    let time = EvaluationTime.event(at: events[index].recordedAt) { name, since in
+                        later.count(of: name, since: since, after: index)
+                    }
+                    triggered[index] = try candidates[index].filter {
+                        try $0.conditions == .always || $0.conditions.holds(at: time, in: connection)
                     }
                 }
-            } catch {
-                // No condition could be checked: only unconditional surveys trigger.
-                context.diagnostics.report(
-                    .surveyEvaluationFailed, eventCount: events.count, error: error,
-                    "survey conditions could not be evaluated")
+                later.add(events[index])
             }
+        } catch {
+            // No condition could be checked: only unconditional surveys trigger.
+            context.diagnostics.report(
+                .surveyEvaluationFailed, eventCount: events.count, error: error,
+                "survey conditions could not be evaluated")
         }
-        for (index, event) in events.enumerated() where verdicts[index].contains(true) {
+        return triggered
+    }
+
+    /// Fires the triggers ``triggered(by:in:)`` found, in log order (on the
+    /// delivery queue, after the group's listeners).
+    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?) {
+        guard let surveys else { return }
+        for (event, surveys) in zip(events, surveys) where !surveys.isEmpty {
             let recorded = RecordedEvent(event, parameters: event.deliveredParameters)
-            for (survey, holds) in zip(candidates[index], verdicts[index]) where holds {
+            for survey in surveys {
                 triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
             }
         }
     }
 }
 
-extension SurveyCenter {
-    /// For each event with candidates, how many times each name its
-    /// candidates' conditions count occurred in the event's millisecond up
-    /// to and including it (the history's row for that millisecond may
-    /// already count later ones). Follows every delivered event, in log
-    /// order; an occurrence delivered before any survey was registered, or
-    /// recorded by another process, is not seen here and so is not counted
-    /// within its own millisecond.
-    fileprivate func occurrencesInMillisecond(
-        _ events: [StoredEvent], where candidates: [[Survey]]
-    ) -> [[String: Int]] {
-        lastMillisecond.withLock { last in
-            events.indices.map { index in
-                let event = events[index]
-                let millisecond = HistoryMillisecond.of(event.recordedAt)
-                if ReservedEventName.entersHistory(event.name) {
-                    let seen = last[event.name]
-                    if let seen, seen.millisecond == millisecond {
-                        last[event.name] = (millisecond, seen.occurrences + 1)
-                    } else if seen.map({ $0.millisecond < millisecond }) ?? true {
-                        last[event.name] = (millisecond, 1)
-                        // Names come and go (a name per screen): forget those
-                        // not seen for a second; past 1,024 names in a second,
-                        // all but this one (a name is only needed within its
-                        // millisecond, so little is lost, and each filter pass
-                        // then pays for a thousand appends).
-                        if last.count > 1_024 {
-                            last = last.filter { $0.value.millisecond >= millisecond - 1 }
-                            if last.count > 1_024 { last = [event.name: (millisecond, 1)] }
-                        }
-                    }
-                }
-                guard candidates[index].contains(where: { $0.conditions != .always }) else { return [:] }
-                var counts: [String: Int] = [:]
-                for survey in candidates[index] {
-                    for name in survey.conditions.countedEventNames {
-                        if let seen = last[name], seen.millisecond == millisecond { counts[name] = seen.occurrences }
-                    }
-                }
-                return counts
-            }
+/// Occurrences after an event in its commit group, per name: what the
+/// history already counts but the event must not.
+private struct LaterOccurrences {
+    let events: [StoredEvent]
+    private var counts: [String: Int] = [:]
+    /// The earliest millisecond among the counted events.
+    private var earliest = Double.infinity
+
+    init(_ events: [StoredEvent]) {
+        self.events = events
+    }
+
+    /// Counts `event`, which comes before every event counted so far.
+    mutating func add(_ event: StoredEvent) {
+        guard ReservedEventName.entersHistory(event.name) else { return }
+        counts[event.name, default: 0] += 1
+        earliest = min(earliest, HistoryMillisecond.of(event.recordedAt))
+    }
+
+    /// How many of `name` follow the event at `index` from the millisecond
+    /// of `since` on (nil: all of them), as the history counts them.
+    func count(of name: String, since: Double?, after index: Int) -> Int {
+        guard let since, HistoryMillisecond.of(since) > earliest else { return counts[name, default: 0] }
+        // A later event older than the window (a clock set back): count exactly.
+        let first = HistoryMillisecond.of(since)
+        return events[(index + 1)...].reduce(0) { total, event in
+            ReservedEventName.entersHistory(event.name) && event.name == name
+                && HistoryMillisecond.of(event.recordedAt) >= first ? total + 1 : total
         }
     }
 }

@@ -1,15 +1,14 @@
 import SpoolStorage
 
 /// When a condition is evaluated, and so which occurrences count.
-package enum EvaluationTime: Sendable {
-    /// Now: every occurrence committed so far.
+package enum EvaluationTime {
+    /// Now: every occurrence committed so far, recorded up to this time.
     case now(Double)
-    /// At a committed event: occurrences up to and including it. The
-    /// history counts by millisecond, and its row for the event's
-    /// millisecond may already count later occurrences too, so that
-    /// millisecond's occurrences up to the event come from delivery:
-    /// `sameMillisecond[name]`.
-    case event(at: Double, sameMillisecond: [String: Int])
+    /// At a committed event, right after its commit: every occurrence the
+    /// log held up to and including it. The history already counts the
+    /// events after it in its commit group; `later(name, since)` says how
+    /// many of those it counts for `name` from `since` on.
+    case event(at: Double, later: (_ name: String, _ since: Double?) -> Int)
 
     var seconds: Double {
         switch self {
@@ -34,11 +33,13 @@ extension SurveyCondition {
             switch time {
             case .now(let now):
                 occurrences = try connection.historyCount(
-                    of: frequency.eventName, since: since, end: .through(now), cap: cap)
-            case .event(let at, let sameMillisecond):
-                let before = try connection.historyCount(
-                    of: frequency.eventName, since: since, end: .beforeMillisecondOf(at), cap: cap)
-                occurrences = min(cap, before + sameMillisecond[frequency.eventName, default: 0])
+                    of: frequency.eventName, since: since, until: now, cap: cap)
+            case .event(_, let later):
+                let after = later(frequency.eventName, since)
+                let counted = try connection.historyCount(
+                    of: frequency.eventName, since: since, until: nil,
+                    cap: after > Int.max - cap ? Int.max : cap + after)
+                occurrences = min(cap, max(0, counted - after))
             }
             return frequency.holds(for: occurrences)
         case .all(let conditions):
@@ -47,15 +48,6 @@ extension SurveyCondition {
         case .any(let conditions):
             for condition in conditions where try condition.holds(at: time, in: connection) { return true }
             return false
-        }
-    }
-
-    /// The event names the condition counts.
-    var countedEventNames: Set<String> {
-        switch self {
-        case .eventFrequency(let frequency): [frequency.eventName]
-        case .all(let conditions), .any(let conditions):
-            conditions.reduce(into: []) { $0.formUnion($1.countedEventNames) }
         }
     }
 }
