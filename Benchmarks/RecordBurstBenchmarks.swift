@@ -34,13 +34,17 @@ struct RecordBurstBenchmarks {
         // What waits for the writer, sampled every 1,024 calls (one lock each).
         var depths: [Double] = []
         depths.reserveCapacity(count / 1_024 + 1)
+        var largestWAL = 0
         let started = now()
         let callerCPU = threadCPUTime()
         for index in 0..<count {
             let before = now()
             try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
             calls.add(now() - before)
-            if index & 1_023 == 1_023 { depths.append(Double(log.bufferedCount)) }
+            if index & 1_023 == 1_023 {
+                depths.append(Double(log.bufferedCount))
+                largestWAL = max(largestWAL, fileSize(scratch.database.path + "-wal"))
+            }
         }
         let recorded = now()
         let callerCPUPerEvent = Double(threadCPUTime() - callerCPU) / Double(count)
@@ -80,6 +84,13 @@ struct RecordBurstBenchmarks {
                 detail:
                     "p90 \(formatNumber(depth.percentile(0.9))), max \(formatNumber(depth.max)) of the \(bound) bound; \(waits) of \(count) calls waited for room",
                 target: Double(bound / 8), comparison: .atMost))
+        report.add(
+            Row(
+                area: "burst", name: "largest WAL file seen during the \(label) burst", value: megabytes(largestWAL),
+                unit: "MB",
+                detail:
+                    "sampled every 1,024 calls; the file is truncated \(formatNumber(EventLog.defaultShrinkDelay)) s after the writer goes idle"
+            ))
         report.add(
             Row(
                 area: "burst", name: "worst caller stall in the \(label) burst (buffer bound)", value: samples.max,
@@ -172,4 +183,10 @@ struct Histogram {
 
     var median: Double { percentile(0.5) }
     var max: Double { Double(maximumNanoseconds) / 1_000 }
+}
+
+/// A file's size in bytes, 0 when it is missing.
+func fileSize(_ path: String) -> Int {
+    var status = stat()
+    return stat(path, &status) == 0 ? Int(status.st_size) : 0
 }

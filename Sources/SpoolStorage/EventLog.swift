@@ -23,6 +23,10 @@ package final class EventLog: Sendable {
     /// The most rows one transaction commits; the rest wait for the next one.
     package static let maximumGroupSize = 4_096
 
+    /// How long after a drain (or after the WAL grew) the file gives space
+    /// back, unless ``shrinkDelay`` says otherwise.
+    package static let defaultShrinkDelay: TimeInterval = 5
+
     /// The longest an appender waits for room in the buffer before it is
     /// refused: the writer normally makes room within one commit (a few ms).
     package static let maximumWaitForRoom: TimeInterval = 2
@@ -110,7 +114,7 @@ package final class EventLog: Sendable {
         var writerCPU: (nanoseconds: UInt64, events: Int) = (0, 0)
         /// Whether a timer waits to give the file's space back.
         var shrinkScheduled = false
-        var shrinkDelay: TimeInterval = 5
+        var shrinkDelay = EventLog.defaultShrinkDelay
         /// The log's head after this log's last commit: the position of the
         /// last event it committed.
         var lastCommittedHead: Int64 = 0
