@@ -11,13 +11,6 @@ func now() -> UInt64 {
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
-/// CPU time of the calling thread, in nanoseconds.
-func threadCPUTime() -> UInt64 {
-    var time = timespec()
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
-    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-}
-
 /// Keeps a value alive so the optimizer cannot drop the work that made it.
 @inline(never)
 func blackHole<T>(_ value: T) {

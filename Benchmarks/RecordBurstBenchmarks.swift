@@ -36,7 +36,7 @@ struct RecordBurstBenchmarks {
         depths.reserveCapacity(count / 1_024 + 1)
         var largestWAL = 0
         let started = now()
-        let callerCPU = threadCPUTime()
+        let callerCPU = EventLog.threadCPUNanoseconds()
         for index in 0..<count {
             let before = now()
             try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
@@ -47,7 +47,7 @@ struct RecordBurstBenchmarks {
             }
         }
         let recorded = now()
-        let callerCPUPerEvent = Double(threadCPUTime() - callerCPU) / Double(count)
+        let callerCPUPerEvent = Double(EventLog.threadCPUNanoseconds() - callerCPU) / Double(count)
         let waits = log.waitsForRoom
         try await engine.settle()
         let seconds = Double(now() - started) / 1e9

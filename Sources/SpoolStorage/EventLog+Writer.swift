@@ -20,7 +20,7 @@ extension EventLog {
     /// (disk full, I/O) keeps everything buffered, in order, for a retry.
     func commitBuffered(_ connection: Connection) {
         database.assertOnQueue()
-        let started = threadCPUNanoseconds()
+        let started = EventLog.threadCPUNanoseconds()
         // Take the whole buffer in O(1); appenders start a fresh one.
         let (staged, waiting) = state.withLock { state -> ([Pending], Bool) in
             var staged: [Pending] = []
@@ -29,7 +29,7 @@ extension EventLog {
             return (staged, state.waitingForRoom > 0)
         }
         defer {
-            let spent = threadCPUNanoseconds() &- started
+            let spent = EventLog.threadCPUNanoseconds() &- started
             state.withLock { state in
                 state.writerCPU.nanoseconds &+= spent
                 state.writerCPU.events += staged.count
@@ -255,13 +255,6 @@ extension EventLog {
         return head
     }
 
-    /// CPU time of the calling thread, in nanoseconds.
-    private func threadCPUNanoseconds() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
-        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
-    }
-
     func failAll(_ error: any Error) {
         let (waiters, positions) = state.withLock { state in
             defer {
@@ -305,5 +298,15 @@ extension EventLog.Pending {
             }
         }
         insert.resetKeepingBindings()
+    }
+}
+
+extension EventLog {
+    /// CPU time of the calling thread, in nanoseconds (the writer's share
+    /// of a burst; spool-bench compares the caller's with it).
+    package static func threadCPUNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 }
