@@ -82,7 +82,7 @@ extension EventLog {
     /// Writes one group in one transaction and tells the handler and the
     /// waiters.
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
-        let head = try write(group, connection)
+        let (head, built, reading) = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
         let (ready, handler, recovered, failureHandler, positions) = state.withLock { state in
             state.durableThrough = last
@@ -101,7 +101,7 @@ extension EventLog {
         if recovered > 0 { failureHandler?(.commitRecovered(failures: recovered)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
-        handler?(group.count, head, { Self.committedEvents(group, head: head) }, connection)
+        handler?(group.count, head, { built ?? Self.committedEvents(group, head: head) }, reading)
         for waiter in ready { waiter.continuation.resume() }
         for (completion, position) in positions { completion(.success(position)) }
     }
@@ -172,16 +172,21 @@ extension EventLog {
     }
 
     /// Inserts one group in one transaction (its events, their history rows,
-    /// the new head, the retention bound, and now and then history pruning)
-    /// and returns the new head.
-    private func write(_ group: ArraySlice<Pending>, _ connection: Connection) throws -> Int64 {
-        let (maximumRetained, historyLimits, pruneHistory) = state.withLock { state in
+    /// the new head, the retention bound, and now and then history pruning),
+    /// lets the group reader read before it commits, and returns the new
+    /// head, the committed rows if the reader built them, and its reading.
+    private func write(
+        _ group: ArraySlice<Pending>, _ connection: Connection
+    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?) {
+        let (maximumRetained, historyLimits, pruneHistory, reader) = state.withLock { state in
             (
                 state.maximumRetainedEvents, state.historyLimits,
-                state.historyLimits != nil && state.historySincePrune >= 1_024
+                state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader
             )
         }
         var head: Int64 = 0
+        var built: [StoredEvent]?
+        var reading: (any Sendable)?
         var historyRows = 0
         #if !DEBUG
             // The schema's CHECKs (json_valid, priority in 0/1) guard every other
@@ -248,11 +253,18 @@ extension EventLog {
                     keepingAtMost: limits.maximumRows)
             }
             head = seq
+            if let reader {
+                reading = reader(
+                    {
+                        if built == nil { built = Self.committedEvents(group, head: seq) }
+                        return built!
+                    }, connection)
+            }
         }
         state.withLock { state in
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
-        return head
+        return (head, built, reading)
     }
 
     func failAll(_ error: any Error) {

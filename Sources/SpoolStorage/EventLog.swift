@@ -34,10 +34,19 @@ package final class EventLog: Sendable {
     /// Called on the database queue after each commit with the number of
     /// events committed, the log's head after it, a builder for the
     /// committed rows (call it only if someone needs them: it allocates), and
-    /// the connection, for reads that must see the log as this commit left
-    /// it (before the next group commits).
+    /// what the ``GroupReader`` found in the group's transaction.
     package typealias CommitHandler =
-        @Sendable (_ count: Int, _ head: Int64, _ events: () -> [StoredEvent], _ connection: Connection) -> Void
+        @Sendable (_ count: Int, _ head: Int64, _ events: () -> [StoredEvent], _ reading: (any Sendable)?) -> Void
+
+    /// Called inside each group's transaction, after its rows are written
+    /// and before it commits, with a builder for those rows: reads that must
+    /// see the log exactly as this group leaves it — no later group, and no
+    /// other process's commit, can come in between (survey conditions at
+    /// each event). Return nil when there is nothing to read (without
+    /// calling the builder). It must not write, and handles its own errors:
+    /// the group commits whatever it returns.
+    package typealias GroupReader =
+        @Sendable (_ events: () -> [StoredEvent], _ connection: Connection) -> (any Sendable)?
 
     /// How much may wait for the writer.
     package struct Limits: Sendable, Hashable {
@@ -100,6 +109,7 @@ package final class EventLog: Sendable {
         var random = FastRandom()
         var closed = false
         var commitHandler: CommitHandler?
+        var groupReader: GroupReader?
         var failureHandler: (@Sendable (Failure) -> Void)?
         var maximumRetainedEvents: Int?
         var historyLimits: HistoryLimits?
@@ -171,6 +181,12 @@ package final class EventLog: Sendable {
     /// ``CommitHandler``). Set nil to let go of whatever the handler holds.
     package func setCommitHandler(_ handler: CommitHandler?) {
         state.withLock { $0.commitHandler = handler }
+    }
+
+    /// Reads inside each group's transaction (see ``GroupReader``). Set nil
+    /// to let go of whatever the reader holds.
+    package func setGroupReader(_ reader: GroupReader?) {
+        state.withLock { $0.groupReader = reader }
     }
 
     /// Told, on whatever thread noticed, what no caller could be told.

@@ -281,6 +281,81 @@ struct SurveyTests {
         await engine.close()
     }
 
+    @Test("S3 at an event: another writer of the file (an app extension) is counted in log order")
+    func anotherWriterIsCountedInLogOrder() async throws {
+        let directory = TemporaryDirectory()
+        let triggers = TriggerLog()
+        let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
+        engine.surveys.onTrigger { trigger in triggers.triggers.withLock { $0.append(trigger) } }
+        let limits = [0, 1, 10, 100, 500, 1_000, 1_999]
+        for limit in limits {
+            try engine.surveys.register(
+                Survey(
+                    id: "atMost \(limit)", triggerEventNames: ["a"],
+                    conditions: .eventFrequency(EventFrequency("other", .atMost, limit))))
+        }
+        // A second log on the same file, as an app extension's would be,
+        // committing in small groups while the engine commits its own.
+        let other = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
+        let extensionWriter = Task.detached {
+            for index in 0..<2_000 {
+                try other.append(
+                    EventRecord(
+                        name: "other", parametersJSON: "{}", recordedAt: Date().timeIntervalSince1970,
+                        addsToHistory: true))
+                if index % 50 == 49 { try await other.waitUntilAllDurable() }
+            }
+        }
+        for index in 0..<3_000 { try engine.record("a", parameters: ["i": .int(index)]) }
+        try await extensionWriter.value
+        await other.close()
+        other.database.close()
+        try await engine.settle()
+        // The log's order is its positions, shared by both writers.
+        let order = try await engine.query { connection in
+            var order: [(seq: Int64, name: String)] = []
+            try connection.withStatement("SELECT seq, name FROM events WHERE name IN ('a', 'other') ORDER BY seq") {
+                while try $0.step() { order.append(($0.int64(at: 0), $0.string(at: 1))) }
+            }
+            return order
+        }
+        var othersBefore: [Int64: Int] = [:]
+        var seen = 0
+        for row in order {
+            if row.name == "other" { seen += 1 } else { othersBefore[row.seq] = seen }
+        }
+        try #require(seen == 2_000 && othersBefore.count == 3_000)
+        let fired = triggers.triggers.withLock { $0 }
+        for limit in limits {
+            let expected = Set(othersBefore.filter { $0.value <= limit }.keys)
+            let got = Set(fired.filter { $0.surveyID == "atMost \(limit)" }.map(\.event.seq))
+            #expect(
+                got == expected,
+                "atMost \(limit): \(got.subtracting(expected).count) extra, \(expected.subtracting(got).count) missing")
+        }
+        await engine.close()
+    }
+
+    @Test("L3, L6: a survey trigger goes with its event's delivery: not for excluded names, not while opted out")
+    func triggersFollowTheDeliveryPolicy() async throws {
+        let listener = CollectingListener()
+        let triggers = TriggerLog()
+        let engine = try await startedEngine(configure: { $0.excludedEventNames = ["hidden"] }) {
+            $0.events.addObserver(listener)
+        }
+        engine.surveys.onTrigger { trigger in triggers.triggers.withLock { $0.append(trigger) } }
+        try engine.surveys.register(Survey(id: "any"))
+        try engine.record("hidden")
+        for index in 0..<3_000 { try engine.record("shown", parameters: ["i": .int(index)]) }
+        engine.setConsent(false)  // the rest is stored but no longer delivered
+        try await engine.settle()
+        let delivered = listener.names.filter { $0 == "shown" }.count
+        let fired = triggers.triggers.withLock { $0.map(\.event.name) }
+        #expect(!fired.contains("hidden"), "an excluded name triggers nothing")
+        #expect(fired.count == delivered, "\(fired.count) triggers for \(delivered) events delivered")
+        await engine.close()
+    }
+
     @Test func triggersStreamEndsOnClose() async throws {
         let engine = try await startedEngine()
         try engine.surveys.register(Survey(id: "w"))

@@ -154,6 +154,7 @@ public final class EventEngine: Sendable {
         let (log, tokens) = state.withLock { ($0.log, $0.lifecycleTokens) }
         if let log {
             log.setCommitHandler(nil)
+            log.setGroupReader(nil)
             log.setFailureHandler(nil)
         }
         LifecycleObservation.remove(tokens)
@@ -231,9 +232,15 @@ public final class EventEngine: Sendable {
             let uploader = try await startUploader(log)
             // Weak: the log must not keep the delivery queue or the uploader
             // (which hold the log) alive.
-            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, connection in
+            // Survey conditions are counted inside each group's transaction:
+            // no later group, and no other process, commits in between.
+            log.setGroupReader { [weak surveys] events, connection in
+                guard let surveys, surveys.isActive else { return nil }
+                return surveys.triggered(by: events(), in: connection)
+            }
+            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
-                if let delivery, delivery.isListening { delivery.enqueue(events(), committedOn: connection) }
+                if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
@@ -310,6 +317,7 @@ public final class EventEngine: Sendable {
     /// Lets go of everything the log's handlers and the delivery queue hold.
     private func detach(_ log: EventLog) {
         log.setCommitHandler(nil)
+        log.setGroupReader(nil)
         log.setFailureHandler(nil)
         delivery.attach(nil, follower: nil)
         events.durableHooks.withLock { $0 = nil }

@@ -6,14 +6,12 @@ import SpoolStorage
 protocol DeliveryFollower: Sendable {
     /// False when there is nothing to do (no surveys): delivery skips it.
     var isActive: Bool { get }
-    /// Called on the database queue right after the group's commit, while
-    /// the log is as that commit left it: per event, the surveys it
-    /// triggers (conditions are counted here, so each event sees exactly
-    /// what came before it in the log, however far delivery lags).
-    func triggered(by events: [StoredEvent], in connection: Connection) -> [[Survey]]?
     /// Called on the delivery queue after the group's listeners ran, with
-    /// what ``triggered(by:in:)`` returned (nil: it was not active then).
-    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?)
+    /// the surveys each event triggers, found inside the group's
+    /// transaction (nil: none were registered then), and what may be
+    /// delivered now: an event listeners do not get (opted out, an excluded
+    /// name) triggers nothing either.
+    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?, allowing allows: (String) -> Bool)
 }
 
 /// The one internal serial queue every listener, registration and stream is
@@ -91,14 +89,9 @@ package final class DeliveryQueue: @unchecked Sendable {
 
     // MARK: - Live delivery
 
-    /// Delivers committed events (called on the database queue, right after
-    /// their commit: `connection` lets the follower read the log as that
-    /// commit left it).
-    package func enqueue(_ events: [StoredEvent], committedOn connection: Connection? = nil) {
-        let follower = hasConsumers.withLock { $0.follower }
-        let triggered = connection.flatMap { connection in
-            follower?.isActive == true ? follower?.triggered(by: events, in: connection) : nil
-        }
+    /// Delivers committed events (called on the database queue), and then
+    /// the survey triggers found for them in their transaction.
+    package func enqueue(_ events: [StoredEvent], triggered: [[Survey]]? = nil) {
         queue.async { self.deliver(events, triggered) }
     }
 
@@ -121,7 +114,7 @@ package final class DeliveryQueue: @unchecked Sendable {
             if let parameters { deliverToObservers(event, parameters, listeners, entries) }
             deliverToDurables(event, parameters: parameters, policy: policy)
         }
-        follower?.follow(events, triggering: triggered)
+        follower?.follow(events, triggering: triggered, allowing: policy.allows)
         savePositions()
     }
 

@@ -231,25 +231,29 @@ extension SurveyCenter: DeliveryFollower {
         state.withLock { !$0.surveys.isEmpty }
     }
 
-    /// Trigger candidacy and conditions for a group of committed events, on
-    /// the database queue right after their commit: each condition counts
-    /// the history as the log stood at its event (what this commit wrote,
-    /// less the occurrences after the event in the group), so "the Nth" is
-    /// the Nth in log order however fast events come and however their
-    /// clocks interleave.
+    /// Trigger candidacy and conditions for a group of events, inside the
+    /// group's transaction after its rows are written (the engine's
+    /// `EventLog.GroupReader`): each condition counts the history as the log
+    /// stood at its event — what this group wrote, less the occurrences
+    /// after the event in the group — and nothing else can commit
+    /// meanwhile, not even another process. So "the Nth" is the Nth in log
+    /// order, however events interleave. Each name and window start is
+    /// counted once per group, however many events and surveys ask.
     func triggered(by events: [StoredEvent], in connection: Connection) -> [[Survey]]? {
         let candidates = events.map { self.candidates(for: $0.name) }
         guard candidates.contains(where: { !$0.isEmpty }) else { return nil }
         var triggered = candidates.map { $0.filter { $0.conditions == .always } }
         guard candidates.contains(where: { $0.contains { $0.conditions != .always } }) else { return triggered }
         do {
+            let counts = GroupHistoryCounts(connection)
             // Backwards, counting what follows each event as we go.
             var later = LaterOccurrences(events)
             for index in events.indices.reversed() {
                 if candidates[index].contains(where: { $0.conditions != .always }) {
-                    let time = EvaluationTime.event(at: events[index].recordedAt) { name, since in
-                        later.count(of: name, since: since, after: index)
-                    }
+                    let time = EvaluationTime.event(
+                        at: events[index].recordedAt,
+                        later: { name, since in later.count(of: name, since: since, after: index) },
+                        count: counts.count)
                     triggered[index] = try candidates[index].filter {
                         try $0.conditions == .always || $0.conditions.holds(at: time, in: connection)
                     }
@@ -267,14 +271,42 @@ extension SurveyCenter: DeliveryFollower {
 
     /// Fires the triggers ``triggered(by:in:)`` found, in log order (on the
     /// delivery queue, after the group's listeners).
-    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?) {
+    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?, allowing allows: (String) -> Bool) {
         guard let surveys else { return }
-        for (event, surveys) in zip(events, surveys) where !surveys.isEmpty {
+        for (event, surveys) in zip(events, surveys) where !surveys.isEmpty && allows(event.name) {
             let recorded = RecordedEvent(event, parameters: event.deliveredParameters)
             for survey in surveys {
                 triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
             }
         }
+    }
+}
+
+/// History counts inside one group's transaction, where they cannot change:
+/// each name and window start (to the millisecond) is counted once, as far
+/// as the largest cap asked so far.
+private final class GroupHistoryCounts {
+    private struct Key: Hashable {
+        let name: String
+        let since: Double?
+    }
+
+    private let connection: Connection
+    private var known: [Key: (count: Int, cap: Int)] = [:]
+
+    init(_ connection: Connection) {
+        self.connection = connection
+    }
+
+    /// `Connection.historyCount(of:since:until:cap:)` through the end of the
+    /// log.
+    func count(of name: String, since: Double?, cap: Int) throws -> Int {
+        let key = Key(name: name, since: since.map(HistoryMillisecond.of))
+        // A count below its cap is exact; one at its cap answers any smaller cap.
+        if let known = known[key], known.count < known.cap || cap <= known.cap { return min(known.count, cap) }
+        let count = try connection.historyCount(of: name, since: since, until: nil, cap: cap)
+        known[key] = (count, cap)
+        return count
     }
 }
 

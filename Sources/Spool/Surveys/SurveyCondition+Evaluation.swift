@@ -4,15 +4,18 @@ import SpoolStorage
 package enum EvaluationTime {
     /// Now: every occurrence committed so far, recorded up to this time.
     case now(Double)
-    /// At a committed event, right after its commit: every occurrence the
-    /// log held up to and including it. The history already counts the
-    /// events after it in its commit group; `later(name, since)` says how
+    /// At an event, inside its group's transaction: every occurrence the log
+    /// held up to and including it. `count(name, since, cap)` counts the
+    /// history through the end of the group (capped); it already holds the
+    /// events after this one in the group, and `later(name, since)` says how
     /// many of those it counts for `name` from `since` on.
-    case event(at: Double, later: (_ name: String, _ since: Double?) -> Int)
+    case event(
+        at: Double, later: (_ name: String, _ since: Double?) -> Int,
+        count: (_ name: String, _ since: Double?, _ cap: Int) throws -> Int)
 
     var seconds: Double {
         switch self {
-        case .now(let seconds), .event(let seconds, _): seconds
+        case .now(let seconds), .event(let seconds, _, _): seconds
         }
     }
 }
@@ -34,11 +37,9 @@ extension SurveyCondition {
             case .now(let now):
                 occurrences = try connection.historyCount(
                     of: frequency.eventName, since: since, until: now, cap: cap)
-            case .event(_, let later):
+            case .event(_, let later, let count):
                 let after = later(frequency.eventName, since)
-                let counted = try connection.historyCount(
-                    of: frequency.eventName, since: since, until: nil,
-                    cap: after > Int.max - cap ? Int.max : cap + after)
+                let counted = try count(frequency.eventName, since, after > Int.max - cap ? Int.max : cap + after)
                 occurrences = min(cap, max(0, counted - after))
             }
             return frequency.holds(for: occurrences)
