@@ -111,15 +111,31 @@ struct HistoryBenchmarks {
                         "\(triggered.withLock { $0 }) triggers for \(events) events; \(formatNumber(baseline)) µs per event with no survey"
                 ))
         }
+        // A burst of one name with a rule on that name, whose history is
+        // already past the rule's N: each event's count must not scan the
+        // history again.
+        for survey in engine.surveys.registered { engine.surveys.unregister(survey.id) }
+        let oneNameBaseline = try await recordCost(engine, events: events, names: 1)
+        try engine.surveys.register(
+            Survey(id: "hot", conditions: .eventFrequency(EventFrequency("event_0", .atLeast, 1_000))))
+        triggered.withLock { $0 = 0 }
+        let oneName = try await recordCost(engine, events: events, names: 1)
+        report.add(
+            Row(
+                area: "history", name: "record until delivered, one name, a rule on it past its N, added per event",
+                value: oneName - oneNameBaseline, unit: "µs",
+                detail:
+                    "\(triggered.withLock { $0 }) triggers for \(events) events of event_0; \(formatNumber(oneNameBaseline)) µs per event with no survey"
+            ))
         registration.cancel()
         await engine.close()
     }
 
-    /// Per-event cost of recording `events` events (200 names) until they
-    /// are committed and delivered.
-    func recordCost(_ engine: EventEngine, events: Int) async throws -> Double {
+    /// Per-event cost of recording `events` events (over `names` names)
+    /// until they are committed and delivered.
+    func recordCost(_ engine: EventEngine, events: Int, names: Int = 200) async throws -> Double {
         let start = now()
-        for index in 0..<events { try engine.record("event_\(index % 200)", parameters: ["i": 1]) }
+        for index in 0..<events { try engine.record("event_\(index % names)", parameters: ["i": 1]) }
         try await engine.settle()
         return Double(now() - start) / Double(events) / 1_000
     }

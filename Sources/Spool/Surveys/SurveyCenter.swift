@@ -245,7 +245,7 @@ extension SurveyCenter: DeliveryFollower {
         var triggered = candidates.map { $0.filter { $0.conditions == .always } }
         guard candidates.contains(where: { $0.contains { $0.conditions != .always } }) else { return triggered }
         do {
-            let counts = GroupHistoryCounts(connection)
+            let counts = GroupHistoryCounts(connection, events: events)
             // Backwards, counting what follows each event as we go.
             var later = LaterOccurrences(events)
             for index in events.indices.reversed() {
@@ -283,8 +283,8 @@ extension SurveyCenter: DeliveryFollower {
 }
 
 /// History counts inside one group's transaction, where they cannot change:
-/// each name and window start (to the millisecond) is counted once, as far
-/// as the largest cap asked so far.
+/// each name and window start (to the millisecond) is counted once per rule
+/// threshold, however many of the group's events ask.
 private final class GroupHistoryCounts {
     private struct Key: Hashable {
         let name: String
@@ -293,9 +293,15 @@ private final class GroupHistoryCounts {
 
     private let connection: Connection
     private var known: [Key: (count: Int, cap: Int)] = [:]
+    /// Each name's occurrences in the group: the most a rule's cap grows by
+    /// from one event to another (it adds the occurrences after the event).
+    private let inGroup: [String: Int]
 
-    init(_ connection: Connection) {
+    init(_ connection: Connection, events: [StoredEvent]) {
         self.connection = connection
+        inGroup = events.reduce(into: [:]) { counts, event in
+            if ReservedEventName.entersHistory(event.name) { counts[event.name, default: 0] += 1 }
+        }
     }
 
     /// `Connection.historyCount(of:since:until:cap:)` through the end of the
@@ -304,9 +310,14 @@ private final class GroupHistoryCounts {
         let key = Key(name: name, since: since.map(HistoryMillisecond.of))
         // A count below its cap is exact; one at its cap answers any smaller cap.
         if let known = known[key], known.count < known.cap || cap <= known.cap { return min(known.count, cap) }
-        let count = try connection.historyCount(of: name, since: since, until: nil, cap: cap)
-        known[key] = (count, cap)
-        return count
+        // Count far enough for every event of the group at once: counting
+        // each event's cap anew scanned the history once per event (seconds
+        // per group for a rule on a name with a long history).
+        let extra = inGroup[name, default: 0]
+        let asked = cap > Int.max - extra ? Int.max : cap + extra
+        let count = try connection.historyCount(of: name, since: since, until: nil, cap: asked)
+        known[key] = (count, asked)
+        return min(count, cap)
     }
 }
 
