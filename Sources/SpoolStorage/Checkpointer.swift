@@ -13,10 +13,11 @@ package final class Checkpointer: @unchecked Sendable {
     // Safe: `connection` is only touched on `queue`; `flags` is behind its lock.
     private let queue = DispatchQueue(label: "spool.checkpoint", qos: .utility)
     private var connection: Connection?
-    /// A pass is queued; passes are paused (the app is in the background);
+    /// A pass is queued; how many pauses hold (the app is in the
+    /// background, an erasure truncates the WAL);
     /// the WAL passed the checkpoint threshold since ``takeGrown()`` last
     /// asked.
-    private let flags = Protected((pending: false, paused: false, grown: false))
+    private let flags = Protected((pending: false, paused: 0, grown: false))
     /// WAL pages after which a background checkpoint is requested (SQLite's
     /// default threshold too).
     package let thresholdPages: Int32
@@ -100,7 +101,7 @@ package final class Checkpointer: @unchecked Sendable {
     package func request(walGrown: Bool = false) {
         let start = flags.withLock { flags in
             if walGrown { flags.grown = true }
-            guard !flags.pending, !flags.paused else { return false }
+            guard !flags.pending, flags.paused == 0 else { return false }
             flags.pending = true
             return true
         }
@@ -120,13 +121,13 @@ package final class Checkpointer: @unchecked Sendable {
 
     /// Waits for a running checkpoint and starts no other until ``resume()``.
     package func pause() async {
-        flags.withLock { $0.paused = true }
+        flags.withLock { $0.paused += 1 }
         await withCheckedContinuation { continuation in queue.async { continuation.resume() } }
     }
 
     /// Checkpoints again, starting with one pass now.
     package func resume() {
-        flags.withLock { $0.paused = false }
+        flags.withLock { $0.paused = max(0, $0.paused - 1) }
         request()
     }
 

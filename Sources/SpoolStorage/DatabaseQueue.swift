@@ -21,6 +21,9 @@ package final class DatabaseQueue: @unchecked Sendable {
     private var suspended = false
     private var deferred: [() -> Void] = []
     private let gate = Protected(false)
+    /// Whether ``suspend()`` holds one of the checkpointer's pauses (pauses
+    /// count, so an erasure's and a suspension's do not undo each other).
+    private let checkpointsSuspended = Protected(false)
     /// Told, on the queue, when work arrives while suspended (the engine
     /// opens a background window to run it).
     package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
@@ -181,12 +184,20 @@ package final class DatabaseQueue: @unchecked Sendable {
                 continuation.resume()
             }
         }
-        await checkpointer?.pause()
+        let pause = checkpointsSuspended.withLock { suspended in
+            defer { suspended = true }
+            return !suspended
+        }
+        if pause { await checkpointer?.pause() }
     }
 
     /// Touches the file again: runs what waited, in order.
     package func resume() {
-        checkpointer?.resume()
+        let resume = checkpointsSuspended.withLock { suspended in
+            defer { suspended = false }
+            return suspended
+        }
+        if resume { checkpointer?.resume() }
         queue.async {
             guard self.suspended else { return }
             self.suspended = false
@@ -196,6 +207,15 @@ package final class DatabaseQueue: @unchecked Sendable {
             self.deferred.removeAll()
             for item in work { item() }
         }
+    }
+
+    /// Runs `body` with no background checkpoint running or starting: a
+    /// `wal_checkpoint(TRUNCATE)` inside it is then only kept from finishing
+    /// by another connection (another process), never by Spool's own.
+    package func withCheckpointsPaused<T>(_ body: () async throws -> T) async rethrows -> T {
+        await checkpointer?.pause()
+        defer { checkpointer?.resume() }
+        return try await body()
     }
 
     /// Closes the connection after every block already queued has run.

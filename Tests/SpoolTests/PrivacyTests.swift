@@ -173,6 +173,27 @@ struct PrivacyTests {
         #expect(uploaded.contains("after_consent_returned"))
     }
 
+    @Test("eraseAllData() during a burst: Spool's own checkpointer never makes it fail with SQLITE_BUSY")
+    func erasingDuringABurst() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
+        let padding = String(repeating: "p", count: 300)
+        let recording = Task.detached {
+            for index in 0..<40_000 {
+                _ = try? engine.record("burst", parameters: ["i": .int(index), "p": .string(padding)])
+            }
+        }
+        var failures: [String] = []
+        for _ in 0..<6 {
+            try await Task.sleep(nanoseconds: 30_000_000)
+            do { try await engine.eraseAllData() } catch { failures.append("\(error)") }
+        }
+        await recording.value
+        try await engine.settle()
+        #expect(failures.isEmpty, "\(failures)")
+        await engine.close()
+    }
+
     @Test("withdrawConsent(erasingData: true) erases what is on disk; the default keeps the history")
     func withdrawingConsentCanErase() async throws {
         let directory = TemporaryDirectory()

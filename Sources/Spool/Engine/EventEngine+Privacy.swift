@@ -47,13 +47,18 @@ extension EventEngine {
                 // memory instead, and never reaches the file.
                 log.discardBuffered(because: StorageError.erased)
             }
+            // The WAL is truncated twice: Spool's own background checkpoint
+            // must not hold it (during a burst it often did, and erasure
+            // failed with SQLITE_BUSY).
             let head = try await SpoolError.bridgingAsync {
-                try await log.database.run { connection -> Int64 in
-                    let head = try connection.eraseAll()
-                    try connection.truncateWAL()
-                    try connection.vacuum()
-                    try connection.truncateWAL()
-                    return head
+                try await log.database.withCheckpointsPaused {
+                    try await log.database.run { connection -> Int64 in
+                        let head = try connection.eraseAll()
+                        try connection.truncateWAL()
+                        try connection.vacuum()
+                        try connection.truncateWAL()
+                        return head
+                    }
                 }
             }
             delivery.erased(through: head)
