@@ -177,15 +177,15 @@ struct PrivacyTests {
     func erasingDuringABurst() async throws {
         let directory = TemporaryDirectory()
         let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
-        let padding = String(repeating: "p", count: 300)
+        let padding = String(repeating: "p", count: 1_500)
         let recording = Task.detached {
-            for index in 0..<40_000 {
+            for index in 0..<8_000 {
                 _ = try? engine.record("burst", parameters: ["i": .int(index), "p": .string(padding)])
             }
         }
         var failures: [String] = []
         for _ in 0..<6 {
-            try await Task.sleep(nanoseconds: 30_000_000)
+            try await Task.sleep(nanoseconds: 10_000_000)
             do { try await engine.eraseAllData() } catch { failures.append("\(error)") }
         }
         await recording.value
