@@ -59,6 +59,15 @@ struct DurableListenerTests {
         let absent = CollectingListener("absent")
         engine.events.addDurableObserver(absent, id: "absent")
         try await engine.settle()
+        // Attached (its position saved) before it goes: settle() does not wait
+        // for an attach, and removing it first left no row to hold anything
+        // (this failed 2 runs in 5 when the test ran alone).
+        #expect(
+            try await waitUntil {
+                try engine.databaseQueue!.sync {
+                    try $0.scalarInt("SELECT count(*) FROM consumers WHERE id = 'listener:absent'")
+                } == 1
+            })
         engine.events.removeDurableObserver(id: "absent")
         for index in 0..<20 { try engine.record("e\(index)") }
         try await engine.settle()
