@@ -144,8 +144,7 @@ struct AppendBenchmarks {
                     detail: "append until durable, median of \(rounds) × \(measured)"))
         }
         let total = try await log.countEvents(after: 0)
-        let walBytes =
-            (try? FileManager.default.attributesOfItem(atPath: scratch.database.path + "-wal")[.size] as? Int) ?? 0
+        let walBytes = fileSize(scratch.database.path + "-wal")
         await log.close()
         log.database.close()
         report.add(

@@ -133,10 +133,7 @@ struct FootprintBenchmarks {
 
     /// The database file plus its WAL, in bytes.
     static func fileSize(_ database: URL) -> Int {
-        ["", "-wal"].reduce(0) { total, suffix in
-            let attributes = try? FileManager.default.attributesOfItem(atPath: database.path + suffix)
-            return total + ((attributes?[.size] as? Int) ?? 0)
-        }
+        spool_bench.fileSize(database.path) + spool_bench.fileSize(database.path + "-wal")
     }
 
     static func timed(_ body: () -> Void) -> UInt64 {

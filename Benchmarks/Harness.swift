@@ -11,6 +11,12 @@ func now() -> UInt64 {
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
+/// A file's size in bytes, 0 when it is missing.
+func fileSize(_ path: String) -> Int {
+    var status = stat()
+    return stat(path, &status) == 0 ? Int(status.st_size) : 0
+}
+
 /// Keeps a value alive so the optimizer cannot drop the work that made it.
 @inline(never)
 func blackHole<T>(_ value: T) {

@@ -184,9 +184,3 @@ struct Histogram {
     var median: Double { percentile(0.5) }
     var max: Double { Double(maximumNanoseconds) / 1_000 }
 }
-
-/// A file's size in bytes, 0 when it is missing.
-func fileSize(_ path: String) -> Int {
-    var status = stat()
-    return stat(path, &status) == 0 ? Int(status.st_size) : 0
-}
