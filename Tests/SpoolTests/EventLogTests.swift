@@ -187,7 +187,10 @@ struct EventLogTests {
         let wal = directory.databaseURL.path + "-wal"
         func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? -1 }
         // About 30 MB of rows: the WAL passes its 16 MiB restart size, where
-        // the writer starts it over (a commit group past it at most).
+        // the writer starts it over. A restart attempt that meets a running
+        // background pass waits for the next commit, so the file can pass
+        // the restart size by a few groups (spool-bench saw up to 23 MB);
+        // without the restart it grew past 50 MB.
         var largest = 0
         // (Under the thread sanitizer, whose slowdown with the whole suite
         // beside it once kept the writer from making room for 2 s, 6 MB:
@@ -197,7 +200,7 @@ struct EventLogTests {
             if index % 200 == 0 { largest = max(largest, walBytes()) }
         }
         try await log.waitUntilAllDurable()
-        #expect(largest <= Connection.walSizeLimitBytes, "the WAL reached \(largest) bytes")
+        #expect(largest <= 2 * Checkpointer.restartBytes, "the WAL reached \(largest) bytes")
         #expect(try await waitUntil { walBytes() == 0 }, "the WAL still holds \(walBytes()) bytes")
         await log.close()
         log.database.close()
