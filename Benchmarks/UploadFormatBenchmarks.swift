@@ -95,7 +95,7 @@ struct UploadFormatBenchmarks {
         let baseline = DrainBenchmarks(quick: quick, report: report)
         for (label, format) in try Self.formats() {
             let identity = StubTransport()
-            let plain = try await Comparison.measure(rounds: rounds) {
+            let plain = try await Comparison.measure(rounds: rounds, target: 0.7) {
                 try await drain(count: count, format: format, compression: .identity, stub: identity)
             } baseline: {
                 baseline.rawDrain(count: count)
