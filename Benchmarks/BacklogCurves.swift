@@ -3,7 +3,7 @@ import Spool
 import SpoolStorage
 
 /// Throughput against backlog size, for the SVG report: the log filled
-/// chunk by chunk to 1M (200k with `--quick`) by `append`, by `record` and by
+/// chunk by chunk to 1M (100k with `--quick`) by `append`, by `record` and by
 /// a raw SQLite insert, each chunk timed until durable; then Spool's drain
 /// (100 per batch, transport stubbed) and the raw drain of that backlog,
 /// timed per 10,000 events. Each point is the median of five neighbouring
@@ -13,8 +13,8 @@ struct BacklogCurves {
     let report: Report
 
     static let chunk = 10_000
-    var total: Int { quick ? 200_000 : 1_000_000 }
-    var label: String { quick ? "200k" : "1M" }
+    var total: Int { quick ? 100_000 : 1_000_000 }
+    var label: String { quick ? "100k" : "1M" }
 
     /// A dispatcher that refuses until told, then accepts every batch at once
     /// and notes when it did.

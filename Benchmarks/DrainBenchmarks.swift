@@ -62,9 +62,10 @@ struct DrainBenchmarks {
             rawDrain(count: count)
         }
         report.add(
-            comparison, area: "upload", unit: "events/s", spool: "Spool drain, 100/batch, transport stubbed",
+            comparison, area: "upload", unit: "events/s", spool: "Spool drain, 100/batch, custom dispatcher stubbed",
             spoolDetail: "read + body build + advance + delete, \(count) events",
-            baseline: "raw SQLite drain: select 100 oldest + delete", ratio: "ratio Spool drain / raw drain",
+            baseline: "raw SQLite drain: select 100 oldest + delete",
+            ratio: "ratio Spool drain through a custom dispatcher / raw drain",
             target: 0.7)
     }
 

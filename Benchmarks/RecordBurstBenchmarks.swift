@@ -114,7 +114,8 @@ struct RecordBurstBenchmarks {
             ))
         report.add(
             Row(
-                area: "burst", name: "caller cost per record(10 parameters), median", value: samples.median, unit: "µs",
+                area: "burst", name: "caller cost per record(10 parameters) in the \(label) burst, median",
+                value: samples.median, unit: "µs",
                 detail:
                     "validate + encode + append, \(label) calls; p99 \(formatNumber(samples.percentile(0.99))) µs, mean \(formatNumber(Double(recorded - started) / Double(count) / 1_000)) µs",
                 target: 1.0, comparison: .atMost))

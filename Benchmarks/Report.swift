@@ -128,6 +128,7 @@ final class Report {
         var row = row
         if row.othersShare == nil { row.othersShare = window.othersShare() ?? areaWindow.othersShare() }
         row.id = row.key
+        precondition(!rows.contains { $0.key == row.key }, "two rows named \(row.key): a row's name must be unique")
         row.verdict = row.computedVerdict
         rows.append(row)
         if emitsJSONLines {

@@ -51,7 +51,7 @@ extension SVGReport {
         panel.frame(&svg)
         let labelRight = panel.x + 450
         let plotLeft = labelRight + 10
-        let plotRight = panel.x + panel.width - 250
+        let plotRight = panel.x + panel.width - 300
         let top = panel.y + 70
         let x = Scale(low: 0.25, high: 4, logarithmic: true, from: plotLeft, to: plotRight)
         func headroom(_ value: Double, _ row: Row) -> Double {
@@ -72,7 +72,7 @@ extension SVGReport {
         for (index, row) in rows.enumerated() {
             let rowY = top + 12 + Double(index) * 19
             if index % 2 == 0 { svg.rect(panel.x + 4, rowY - 13, panel.width - 8, 19, fill: "#f3f6fa") }
-            svg.text(String("\(row.area): \(row.name)".prefix(68)), labelRight, rowY, anchor: "end")
+            svg.text(Self.shortened("\(row.area): \(row.name)", 66), labelRight, rowY, anchor: "end")
             let color: String
             switch row.verdict ?? row.computedVerdict {
             case .pass?: color = Palette.green
@@ -90,5 +90,13 @@ extension SVGReport {
             svg.text(
                 "\(formatNumber(row.value)) \(row.unit) (\(target)) \(verdict)", plotRight + 10, rowY, color: color)
         }
+    }
+
+    /// `text`, or its start and end around "…" when longer than `limit`
+    /// characters: row names differ at their ends too.
+    static func shortened(_ text: String, _ limit: Int) -> String {
+        guard text.count > limit else { return text }
+        let keep = (limit - 1) / 2
+        return String(text.prefix(limit - 1 - keep)) + "…" + String(text.suffix(keep))
     }
 }

@@ -208,11 +208,8 @@ struct SVGReport {
     func shortLabel(_ row: Row) -> String {
         let name = row.name
         if name.contains("backlog") { return "1M|backlog" }
-        if name.contains("unthrottled"),
-            let size = name.split(separator: " ").first(where: { $0.hasSuffix("k,") || $0.hasSuffix("M,") })
-        {
-            return "\(size.dropLast())|burst"
-        }
+        let words = name.split(separator: " ")
+        if let index = words.firstIndex(of: "unthrottled"), index > 0 { return "\(words[index - 1])|burst" }
         let format = name.contains("Segment") ? "Segment" : "Spool"
         return "upload|\(format)|\(name.hasSuffix("identity") ? "identity" : "gzip")"
     }

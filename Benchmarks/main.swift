@@ -112,7 +112,8 @@ if let phase {
             await log.close()
             log.database.close()
         }
-    case "upload-memory": try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", report: report)
+    case "upload-memory":
+        try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
     case "record":
         // record() until durable alone, for a profiler (perf record … spool-bench --phase record).
         try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()
