@@ -38,7 +38,7 @@ struct AppendBenchmarks {
             database: try DatabaseQueue(
                 path: scratch.database.path, options: ConnectionOptions(fullSynchronous: synchronous == .full)))
         let start = now()
-        for _ in 0..<count { try log.append(Self.record()) }
+        for _ in 0..<count { try log.appendRetrying(Self.record()) }
         try await log.waitUntilAllDurable()
         let elapsed = seconds(since: start)
         await log.close()
@@ -93,7 +93,7 @@ struct AppendBenchmarks {
             for _ in 0..<1_000 {
                 let event = Self.record()
                 let start = now()
-                let receipt = try log.append(event)
+                let receipt = try log.appendRetrying(event)
                 samples.append(Double(now() - start))
                 blackHole(receipt)
             }
@@ -124,14 +124,14 @@ struct AppendBenchmarks {
         for backlog in [10_000, 100_000, 1_000_000] {
             while appended < backlog {
                 let chunk = min(10_000, backlog - appended)
-                for _ in 0..<chunk { try log.append(Self.record()) }
+                for _ in 0..<chunk { try log.appendRetrying(Self.record()) }
                 try await log.waitUntilAllDurable()
                 appended += chunk
             }
             var perEvent: [Double] = []
             for _ in 0..<rounds {
                 let start = now()
-                for _ in 0..<measured { try log.append(Self.record()) }
+                for _ in 0..<measured { try log.appendRetrying(Self.record()) }
                 try await log.waitUntilAllDurable()
                 perEvent.append(Double(now() - start) / Double(measured) / 1_000)
                 appended += measured
@@ -210,7 +210,7 @@ struct AppendBenchmarks {
             for _ in 0..<callers {
                 group.addTask {
                     for _ in 0..<each {
-                        try await log.waitUntilDurable(try log.append(Self.record()))
+                        try await log.waitUntilDurable(try log.appendRetrying(Self.record()))
                     }
                 }
             }

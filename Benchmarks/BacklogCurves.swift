@@ -82,7 +82,7 @@ struct BacklogCurves {
         var points: [(Int, Double)] = []
         for filled in stride(from: Self.chunk, through: total, by: Self.chunk) {
             let start = now()
-            for _ in 0..<Self.chunk { try log.append(AppendBenchmarks.record()) }
+            for _ in 0..<Self.chunk { try log.appendRetrying(AppendBenchmarks.record()) }
             try await log.waitUntilAllDurable()
             points.append((filled, Double(Self.chunk) / seconds(since: start)))
         }
@@ -102,7 +102,7 @@ struct BacklogCurves {
         for filled in stride(from: Self.chunk, through: total, by: Self.chunk) {
             let start = now()
             for _ in 0..<Self.chunk {
-                try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
+                try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
             }
             try await engine.settle()
             record.append((filled, Double(Self.chunk) / seconds(since: start)))

@@ -75,7 +75,9 @@ struct DrainBenchmarks {
         let engine = EventEngine(configuration: Self.stubbedConfiguration(database: scratch.database, dispatcher: stub))
         try await engine.start()
         // Fill while the stub refuses; the first refusal parks the uploader in backoff.
-        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count {
+            try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
+        }
         return try await Self.timeDrain(engine, of: count, in: scratch.database) { stub.status.withLock { $0 = 200 } }
     }
 
@@ -168,7 +170,9 @@ struct DrainBenchmarks {
                 dispatcher: dispatcher))
         try await engine.start()
         let start = now()
-        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count {
+            try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
+        }
         try await engine.flush()
         let elapsed = seconds(since: start)
         let statistics = try await engine.uploadStatistics()

@@ -70,7 +70,7 @@ struct FootprintBenchmarks {
         let engine = engine(database, status: 503)
         try await engine.start()
         for index in 0..<count {
-            try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
+            try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters)
             if index % 100_000 == 99_999 { try await engine.settle() }
         }
         try await engine.settle()

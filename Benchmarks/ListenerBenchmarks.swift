@@ -33,7 +33,7 @@ struct ListenerBenchmarks {
                 configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
             try await engine.start()
             let start = now()
-            for _ in 0..<count { try engine.record("purchase", parameters: Self.parameters) }
+            for _ in 0..<count { try engine.recordRetrying("purchase", parameters: Self.parameters) }
             let recorded = now()
             try await engine.settle()
             let rate = Double(count) / seconds(since: start)
@@ -83,7 +83,7 @@ struct ListenerBenchmarks {
         // End to end: record → commit → three listeners.
         let endToEndCount = quick ? 100_000 : 300_000
         let start = now()
-        for _ in 0..<endToEndCount { try engine.record("purchase", parameters: Self.parameters) }
+        for _ in 0..<endToEndCount { try engine.recordRetrying("purchase", parameters: Self.parameters) }
         try await engine.settle()
         let endToEnd = Double(endToEndCount * listeners.count) / seconds(since: start)
         await engine.close()
@@ -129,7 +129,7 @@ struct ListenerBenchmarks {
                 let current = now()
                 if current < due { usleep(UInt32((due - current) / 1_000)) }
             }
-            try engine.record("tick", parameters: ["i": .int(index), "screen": "home"])
+            try engine.recordRetrying("tick", parameters: ["i": .int(index), "screen": "home"])
         }
         try await engine.settle()
         await engine.close()

@@ -27,7 +27,19 @@ extension Report {
                 values[String(fields[1])] = value
             }
         }
+        // A child's refused appends count as this run's (see `refusalsRow`).
+        refusedAndRetried.withLock { $0 += Int(values["refused"] ?? 0) }
         return values
+    }
+
+    /// How many appends the writer could not make room for within 2 s, in
+    /// this process and its phases: none on a quiet machine.
+    func refusalsRow() -> Row {
+        Row(
+            area: "run", name: "record() and append() calls refused with bufferFull, then retried",
+            value: Double(refusedAndRetried.withLock { $0 }), unit: "calls",
+            detail: "the writer made no room within 2 s: SpoolError.bufferFull; spool-bench tries such a call again",
+            target: 0, comparison: .atMost, othersShare: runStart.othersShare())
     }
 
     /// Runs this executable with `--phase phase` and `arguments` and returns

@@ -41,7 +41,7 @@ struct RecordBurstBenchmarks {
         let callerCPU = EventLog.threadCPUNanoseconds()
         for index in 0..<count {
             let before = now()
-            try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
+            try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters)
             calls.add(now() - before)
             if index & 1_023 == 1_023 {
                 depths.append(Double(log.bufferedCount))
@@ -135,9 +135,9 @@ struct RecordBurstBenchmarks {
         let blocker = RawSQLite(path: scratch.database.path)
         blocker.exec("BEGIN IMMEDIATE")
         let count = 20_000
-        for _ in 0..<200 { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<200 { try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters) }
         let before = currentRSS()
-        for _ in 0..<count { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count { try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters) }
         let after = currentRSS()
         blocker.exec("COMMIT")
         try await engine.settle()

@@ -122,7 +122,7 @@ final class Report {
     /// a window to tell) gets the area's share.
     private var window = MachineSnapshot.take()
     private var areaWindow = MachineSnapshot.take()
-    private let runStart = MachineSnapshot.take()
+    let runStart = MachineSnapshot.take()
 
     func add(_ row: Row) {
         var row = row

@@ -160,7 +160,7 @@ struct UploadFormatBenchmarks {
         try await engine.start()
         for index in 0..<count {
             let (name, parameters) = Self.variants[index % Self.variants.count]
-            try engine.record(name, parameters: parameters)
+            try engine.recordRetrying(name, parameters: parameters)
         }
         return try await DrainBenchmarks.timeDrain(engine, of: count, in: scratch.database) {
             stub.status.withLock { $0 = 200 }

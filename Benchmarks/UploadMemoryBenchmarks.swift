@@ -51,7 +51,7 @@ struct UploadMemoryBenchmarks {
                 if current < due { usleep(UInt32((due - current) / 1_000)) }
             }
             let (name, parameters) = UploadFormatBenchmarks.variants[index % UploadFormatBenchmarks.variants.count]
-            try engine.record(name, parameters: parameters)
+            try engine.recordRetrying(name, parameters: parameters)
         }
         try await engine.flush()
         let statistics = try await engine.uploadStatistics()

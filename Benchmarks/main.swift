@@ -5,6 +5,7 @@ import SpoolStorage
 // spool-bench [--quick] [--output PATH] [--only AREA] [--svg FILE] [--compare OLD.json]
 // spool-bench --svg FILE --from RESULTS.json     (a report from an earlier run)
 // spool-bench --compare OLD.json --to NEW.json   (two earlier runs)
+// spool-bench --self-test                        (SelfTest.swift, measures nothing)
 //
 // Measures Spool beside baselines written directly against SQLite, in the same
 // run, and prints ratios: machines here are noisy, absolute numbers are not
@@ -16,6 +17,7 @@ let usage = """
                        [--svg FILE] [--compare OLD.json]
            spool-bench --svg FILE --from RESULTS.json
            spool-bench --compare OLD.json --to NEW.json
+           spool-bench --self-test                       (checks verdicts, ids, files, the report)
     """
 var quick = false
 var output = "spool-bench-results.json"
@@ -40,6 +42,9 @@ while let argument = arguments.popFirst() {
     case "--svg": svgPath = arguments.popFirst()
     case "--compare": comparePath = arguments.popFirst()
     case "--from", "--to": fromPath = arguments.popFirst()
+    case "--self-test":
+        try SelfTest.run()
+        exit(0)
     case "-h", "--help":
         print(usage)
         exit(0)
@@ -137,6 +142,7 @@ if let phase {
         log.database.close()
     default: fatalError("unknown phase \(phase)")
     }
+    emitValue("refused", Double(refusedAndRetried.withLock { $0 }))
     exit(0)
 }
 let started = Date()
@@ -181,6 +187,7 @@ if only == "drain" {
     try await DrainBenchmarks(quick: quick, report: report).drain()
     report.calibrate("after drain")
 }
+report.add(report.refusalsRow())
 let noise = report.noise
 report.printTable(noise: noise)
 try report.write(to: output, quick: quick, noise: noise)
