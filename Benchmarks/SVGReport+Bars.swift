@@ -86,10 +86,15 @@ extension SVGReport {
             }
             svg.circle(x(clamp(headroom(row.value, row))), rowY - 4, radius: 5, fill: color)
             let verdict = (row.verdict ?? row.computedVerdict)?.rawValue ?? ""
-            let target = "\(row.comparison?.rawValue ?? "") \(formatNumber(row.target ?? .nan))"
+            let target = "\(row.comparison?.rawValue ?? "") \(Self.short(row.target ?? .nan))"
             svg.text(
-                "\(formatNumber(row.value)) \(row.unit) (\(target)) \(verdict)", plotRight + 10, rowY, color: color)
+                "\(Self.short(row.value)) \(row.unit) (\(target)) \(verdict)", plotRight + 10, rowY, color: color)
         }
+    }
+
+    /// `formatNumber`, or 667k and 1M from ten thousand up.
+    static func short(_ value: Double) -> String {
+        abs(value) >= 10_000 ? compactNumber(value) : formatNumber(value)
     }
 
     /// `text`, or its start and end around "…" when longer than `limit`
