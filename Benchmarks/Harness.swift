@@ -27,16 +27,21 @@ func seconds(since start: UInt64) -> Double {
     Double(now() - start) / 1e9
 }
 
-/// User and system CPU seconds this process has used, every thread.
-func processCPUTime() -> Double {
-    var usage = rusage()
-    #if os(Linux)
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-    #else
-        getrusage(RUSAGE_SELF, &usage)
-    #endif
-    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+/// User and system CPU seconds this process has used, every thread; with
+/// `children`, those of its children it has waited for too.
+func processCPUTime(children: Bool = false) -> Double {
+    var total = 0.0
+    for who in children ? [RUSAGE_SELF, RUSAGE_CHILDREN] : [RUSAGE_SELF] {
+        var usage = rusage()
+        #if os(Linux)
+            getrusage(who.rawValue, &usage)
+        #else
+            getrusage(who, &usage)
+        #endif
+        func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+        total += seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+    return total
 }
 
 // MARK: - Statistics

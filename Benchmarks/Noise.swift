@@ -17,7 +17,7 @@ struct MachineSnapshot {
     var busy: Double?
     var total: Double?
     /// This process's CPU seconds, its reaped children's included.
-    var ownCPU: Double = processAndChildrenCPUTime()
+    var ownCPU: Double = processCPUTime(children: true)
 
     static func take() -> MachineSnapshot {
         var snapshot = MachineSnapshot()
@@ -60,18 +60,6 @@ private func readCPUJiffies() -> (busy: Double, total: Double)? {
     #else
         return nil
     #endif
-}
-
-/// User and system CPU seconds of this process and its reaped children.
-func processAndChildrenCPUTime() -> Double {
-    var children = rusage()
-    #if os(Linux)
-        getrusage(RUSAGE_CHILDREN.rawValue, &children)
-    #else
-        getrusage(RUSAGE_CHILDREN, &children)
-    #endif
-    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-    return processCPUTime() + seconds(children.ru_utime) + seconds(children.ru_stime)
 }
 
 /// The one-minute load average, where the platform has one.
