@@ -56,7 +56,7 @@ extension Connection {
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) throws -> [StoredEvent] {
         try withStatement(
             """
-            SELECT seq, id, name, parameters, recorded_at, session_id, priority \
+            SELECT seq, id, name, parameters, recorded_at, session_id, priority, uploader_only \
             FROM events WHERE seq > ? ORDER BY seq LIMIT ?
             """
         ) { statement in
@@ -65,10 +65,7 @@ extension Connection {
             var events: [StoredEvent] = []
             var bytes = 0
             while try statement.step() {
-                let event = StoredEvent(
-                    seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
-                    parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
-                    sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0)
+                let event = StoredEvent(statement)
                 bytes += event.parametersJSON.utf8.count + event.name.utf8.count
                 if !events.isEmpty && bytes > maxBytes { break }
                 events.append(event)

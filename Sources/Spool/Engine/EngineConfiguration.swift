@@ -116,6 +116,16 @@ public struct EngineConfiguration: Sendable {
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
 
+    /// Called with the result of every upload request (which events, what
+    /// the collector answered, what Spool did), on Spool's delivery queue;
+    /// return quickly. ``EventEngine/uploadResults()`` offers the same as an
+    /// `AsyncSequence`, and the `upload_batches` table keeps the last 1,000.
+    public var uploadResultHandler: (@Sendable (UploadBatchResult) -> Void)?
+
+    /// How many dead letters are kept, and for how long (10,000 for 30 days
+    /// by default).
+    public var deadLetterLimits: DeadLetterLimits = .default
+
     /// The campaign events that bypass the per-session limit by default:
     /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own
     /// with `defaultPriorityEventNames.union([...])`.

@@ -43,6 +43,7 @@ public final class EventEngine: Sendable {
     let state: Protected<State>
     package let delivery: DeliveryQueue
     let diagnosticsCenter: DiagnosticsCenter
+    let uploadResultCenter: UploadResultCenter
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
@@ -131,6 +132,7 @@ public final class EventEngine: Sendable {
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
+        uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
         // The survey center records through this engine without holding it.
         let engine = Protected<WeakBox<EventEngine>?>(nil)
         surveys = SurveyCenter(
@@ -388,6 +390,7 @@ public final class EventEngine: Sendable {
         events.finishAll()
         surveys.finishAll()
         diagnosticsCenter.finishAll()
+        uploadResultCenter.finishAll()
     }
 
     /// Returns once every event accepted so far is committed and delivered,

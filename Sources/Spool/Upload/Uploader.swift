@@ -81,8 +81,25 @@ actor Uploader {
     private var triggeredWhilePaused = false
     var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     var lastFailure: String?
-    /// Gzip bodies; off for good once the collector refuses gzip (415).
+    /// Why uploading is held back (the collector refused requests
+    /// themselves); nil once one is accepted.
+    var heldBack: String?
+    /// Whether the last request was accepted: a lone event refused right
+    /// after is singled out by its neighbours.
+    var lastRequestAccepted = false
+    /// Gzip bodies; off for good once the collector is found not to read them.
     var compresses: Bool
+    /// `.automatic` compression through Spool's transport: a gzip body
+    /// answered 400 or 415 is sent once more uncompressed.
+    let negotiatesCompression: Bool
+    /// The collector accepted a gzip body in this launch: a 400 to a later
+    /// one is about its events, not the coding.
+    var gzipTaken = false
+    let deadLetterLimits: DeadLetterLimits
+    /// Where each request's result goes (nil: nobody listens).
+    let results: UploadResultCenter?
+    /// Results not yet in `upload_batches`: written with the next transaction.
+    var unsavedRecords: [UploadBatchRecord] = []
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -92,7 +109,8 @@ actor Uploader {
 
     init(
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
-        diagnostics: DiagnosticsCenter, isAllowed: @escaping @Sendable () -> Bool
+        diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
+        deadLetterLimits: DeadLetterLimits = .default, isAllowed: @escaping @Sendable () -> Bool
     ) {
         self.owner = owner
         self.log = log
@@ -100,6 +118,13 @@ actor Uploader {
         // any other dispatcher gets Spool's body as given.
         client = (dispatcher as? DefaultEventDispatcher)?.client ?? UploadClient(dispatcher: dispatcher)
         compresses = client.compresses
+        if case .transport = client.sender, client.options.compression == .automatic, client.compresses {
+            negotiatesCompression = true
+        } else {
+            negotiatesCompression = false
+        }
+        self.results = results
+        self.deadLetterLimits = deadLetterLimits
         self.settings = settings
         self.diagnostics = diagnostics
         self.isAllowed = isAllowed
@@ -108,9 +133,18 @@ actor Uploader {
     /// Registers the consumer, derives what is pending from positions (no
     /// count over the log, however long) and starts the timer.
     func start() async throws {
-        let (position, head) = try log.database.onQueue { connection in
-            (try connection.registerConsumer(Self.consumerID, startingAt: .oldest), try connection.headPosition())
+        let (url, limits, negotiates) = (settings.url.absoluteString, deadLetterLimits, negotiatesCompression)
+        let (position, head, refusesGzip) = try log.database.onQueue { connection in
+            try connection.transaction {
+                try self.enforce(limits, connection)
+                return (
+                    try connection.registerConsumer(Self.consumerID, startingAt: .oldest),
+                    try connection.headPosition(),
+                    negotiates ? try connection.collectorRefusesGzip(url) : false
+                )
+            }
         }
+        if refusesGzip { compresses = false }
         let pending = signals.withLock { signals in
             signals.position = position
             signals.head = head
@@ -337,8 +371,10 @@ actor Uploader {
     /// With nothing left to send the lease is given up.
     private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
+        let records = takeRecords()
         let (step, position, head) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64) in
+                try connection.recordUploadBatches(records)
                 if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -370,16 +406,30 @@ actor Uploader {
         return step
     }
 
-    func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
+    /// A failed attempt: the events stay queued, the next attempt waits for
+    /// the backoff, and `kind` reports it.
+    func backOff(
+        _ reason: String, retryAfter: TimeInterval?, events: Int, kind: SpoolDiagnostic.Kind = .uploadFailed
+    ) throws -> Never {
         counters.failedRequests += 1
         failures += 1
         lastFailure = reason
         let delay = settings.retry.delay(attempt: failures, retryAfter: retryAfter, random: &random)
         scheduleRetry(after: delay)
+        let what = kind == .uploadHeldBack ? "the collector refused the request itself" : "an upload failed"
         diagnostics.report(
-            .uploadFailed, eventCount: events,
-            "an upload failed (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
+            kind, eventCount: events,
+            "\(what) (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
+        try saveNotes()
         throw UploadError.retryable(reason)
+    }
+
+    /// A success: the backoff starts over.
+    func recovered() {
+        failures = 0
+        retryAt = nil
+        lastFailure = nil
+        heldBack = nil
     }
 
     /// Another process holds the lease: try again once it expires.
@@ -417,17 +467,19 @@ actor Uploader {
     // MARK: - Statistics
 
     func statistics() throws -> UploadStatistics {
-        let (dropped, deadLettered, position, head) = try log.database.onQueue { connection in
+        let (dropped, deadLettered, evicted, position, head) = try log.database.onQueue { connection in
             (
                 try connection.droppedCount(of: Self.consumerID),
                 try connection.deadLetterCount(),
+                try connection.counter("dead_letters_evicted_count") + connection.counter("dead_letters_evicted_age"),
                 try connection.position(of: Self.consumerID) ?? 0,
                 try connection.headPosition()
             )
         }
         return UploadStatistics(
             pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
-            uploaded: counters.uploaded, requests: counters.requests, failedRequests: counters.failedRequests,
-            lastFailure: lastFailure, nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) })
+            deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
+            failedRequests: counters.failedRequests, lastFailure: lastFailure,
+            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses)
     }
 }
