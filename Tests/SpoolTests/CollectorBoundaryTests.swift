@@ -140,4 +140,130 @@ struct CollectorBoundaryTests {
         expectArrived(more, collector)
         await engine.close()
     }
+
+    @Test(
+        "C2: a refusal of the request keeps every event, holds uploading back naming the status, and ends when the collector takes them",
+        arguments: [401, 403, 404, 405, 407, 411, 414, 415])
+    func requestRefusalsKeepTheEvents(status: Int) async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        try await collector.control(["path_status": ["/collect": status]])
+        let held = Protected(0)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20)
+        configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        let ids = try recordEvents(engine, 6)
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.deadLettered == 0 && statistics.pending == 7)
+        #expect(statistics.heldBack?.hasPrefix("HTTP \(status)") == true, "\(statistics.heldBack ?? "nil")")
+        // A 415 is the one status answered twice: gzipped, then uncompressed.
+        #expect(collector.requests().count == (status == 415 ? 2 : 1))
+        #expect(try await waitUntil { held.withLock { $0 } > 0 })
+        try await collector.control(["path_status": [String: Int]()])
+        try await flushUntilDone(engine)
+        expectArrived(ids, collector)
+        #expect(try await engine.uploadStatistics().heldBack == nil)
+        await engine.close()
+    }
+
+    @Test("C5: dead letters go back to the tail of the log with their ids, for the uploader only")
+    func deadLettersCanBePutBack() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let listener = CollectingListener()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
+        configuration.dispatcher = DefaultEventDispatcher(
+            batchSize: 100, timerInterval: 60, format: SpoolBatchFormat(),
+            request: UploadRequestOptions(compression: .identity))
+        let engine = EventEngine(configuration: configuration)
+        engine.events.addDurableObserver(listener, id: "requeue")
+        try await engine.start()
+        let ids = try recordEvents(engine, 9)
+        try await collector.control(["reject_ids": [ids[4]]])
+        try await engine.flush()
+        #expect(try await deadLetterCount(engine) == 1)
+        // The collector is fixed; only the matching dead letters go back.
+        try await collector.control(["reject_ids": [String]()])
+        #expect(try await engine.requeueDeadLetters(.status(500)) == 0)
+        #expect(try await engine.requeueDeadLetters(.reasonContaining("rejected event")) == 1)
+        try await engine.flush()
+        #expect(try await deadLetterCount(engine) == 0)
+        let arrivals = collector.acceptedIDs()
+        #expect(arrivals.last == ids[4], "the same id, at the tail")
+        #expect(arrivals.filter { $0 == ids[4] }.count == 1)
+        _ = try recordEvents(engine, 1, prefix: "after")
+        try await engine.settle()
+        #expect(try await waitUntil { listener.customNames.count == 10 })
+        #expect(listener.customNames.filter { $0 == "e4" }.count == 1, "listeners do not get it again")
+        await engine.close()
+    }
+
+    @Test("C5: dead letters have a count bound, and what it removes is counted")
+    func deadLettersAreBounded() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
+        configuration.deadLetterLimits = DeadLetterLimits(maximumCount: 2, maximumAge: nil)
+        let evicted = Protected(0)
+        configuration.diagnosticHandler = { d in
+            if d.kind == .deadLettersEvicted { evicted.withLock { $0 += d.eventCount } }
+        }
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        let ids = try recordEvents(engine, 15)
+        try await collector.control(["reject_ids": [ids[1], ids[5], ids[9], ids[13]]])
+        try await engine.flush()
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.deadLettered == 2)
+        #expect(statistics.deadLettersEvicted == 2)
+        let kept = try await engine.query { connection in
+            try connection.withStatement("SELECT id FROM dead_letters ORDER BY seq") { statement in
+                var kept: [String] = []
+                while try statement.step() { kept.append(statement.string(at: 0)) }
+                return kept
+            }
+        }
+        #expect(kept == [ids[9], ids[13]], "the newest are kept")
+        #expect(try await waitUntil { evicted.withLock { $0 } == 2 })
+        expectArrived(ids.filter { ![ids[1], ids[5], ids[9], ids[13]].contains($0) }, collector)
+        await engine.close()
+    }
+
+    @Test("C6: every request is a result on the stream and a row in upload_batches, splits included")
+    func everyRequestIsRecorded() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(
+            directory, collector: collector, batchSize: 100, request: UploadRequestOptions(compression: .identity))
+        try await engine.start()
+        let stream = engine.uploadResults()
+        let ids = try recordEvents(engine, 15)  // with session_start: 16
+        try await collector.control(["reject_ids": [ids[6]]])
+        try await engine.flush()
+        let requests = collector.requests()
+        var results: [UploadBatchResult] = []
+        for await result in stream {
+            results.append(result)
+            if results.count == requests.count { break }
+        }
+        #expect(results.map(\.status) == requests.map(\.status))
+        #expect(results.first?.eventCount == 16 && results.first?.outcome == .bisected)
+        #expect(results.filter { $0.outcome == .deadLettered }.map(\.firstEventID) == [ids[6]])
+        let rows = try await engine.query { connection in
+            try connection.withStatement("SELECT outcome, status, event_count FROM upload_batches_readable ORDER BY id") {
+                statement in
+                var rows: [String] = []
+                while try statement.step() {
+                    rows.append("\(statement.string(at: 0)) \(statement.int(at: 1)) \(statement.int(at: 2))")
+                }
+                return rows
+            }
+        }
+        #expect(rows.count == requests.count)
+        #expect(rows.first == "bisected 400 16")
+        #expect(rows.contains("dead_lettered 400 1"))
+        await engine.close()
+    }
 }

@@ -160,7 +160,6 @@ extension Uploader {
     func exchange(_ batch: UploadBatch, compress: Bool) async -> Exchange {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
         let sentAt = Date()
-        let started = DispatchTime.now().uptimeNanoseconds
         let answer = await withCheckedContinuation { continuation in
             let once = Protected(false)
             let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
@@ -215,7 +214,7 @@ extension Uploader {
         inFlightAbandon.withLock { $0 = nil }
         let compressed: Bool
         if case .response(_, let gzipped) = answer { compressed = gzipped } else { compressed = compress }
-        let duration = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
+        let duration = max(0, Date().timeIntervalSince(sentAt))
         return Exchange(answer: answer, compressed: compressed, duration: duration, sentAt: sentAt)
     }
 
