@@ -124,6 +124,7 @@ if only == nil || only == "listen" {
 }
 if only == nil || only == "upload" {
     try await DrainBenchmarks(quick: quick, report: report).run()
+    try await CollectorBoundaryBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "history" {
     try await HistoryBenchmarks(quick: quick, report: report).run()
