@@ -122,7 +122,8 @@ extension EventEngine {
         let state = self.state
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
-            results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits
+            results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
+            networkPath: configuration.networkPath ?? NetworkPaths.system()
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended
