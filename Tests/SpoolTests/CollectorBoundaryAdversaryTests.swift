@@ -106,11 +106,13 @@ struct CollectorBoundaryAdversaryTests {
         let dead = try await Self.deadLetterIDs(engine)
         let requests = collector.requests().count
         // One request per batch, the uncompressed retry of the first refused
-        // gzip body per batch with a bad event, 2·⌈log2 n⌉ per bad event.
+        // gzip body per batch with a bad event, 2·⌈log2 n⌉ per bad event plus
+        // its re-check when it was refused before anything was accepted, and
+        // one request for the events after a batch that held no evidence.
         let batches = (shape.queued + shape.batchSize) / shape.batchSize
         let batchesWithBad = Set(shape.bad.map { $0 / shape.batchSize }).count
         let levels = Int((log2(Double(shape.batchSize))).rounded(.up))
-        let bound = batches + batchesWithBad + bad.count * 2 * levels
+        let bound = batches + batchesWithBad + bad.count * (2 * levels + 1) + 1
         let summary =
             "\(shape.testDescription): good not arrived \(stuck.count) of \(ids.count - bad.count), dead-lettered \(dead.count) (bad \(bad.count)), requests \(requests) (bound \(bound)), heldBack \(try await engine.uploadStatistics().heldBack ?? "nil")"
         print(summary)
@@ -125,7 +127,7 @@ struct CollectorBoundaryAdversaryTests {
     // MARK: - C2/C3: a collector that refuses everything
 
     @Test(
-        "C3: a broken deploy answering 400 to everything: nothing dead-lettered, held back, about log2(n) requests per attempt; then every event arrives"
+        "C3: a broken deploy answering 400 to everything: nothing dead-lettered, held back, about 2·log2(n) requests per attempt; then every event arrives"
     )
     func badRequestToEverything() async throws {
         let directory = TemporaryDirectory()
@@ -140,8 +142,11 @@ struct CollectorBoundaryAdversaryTests {
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let perAttempt = collector.requests().count - before
         print("400 to everything, batch 100: first attempt \(before) requests, next \(perAttempt)")
-        // The gzip body, once uncompressed, then down the left edge: ⌈log2 100⌉ + 1.
-        #expect(perAttempt <= 2 + 7 + 1, "requests per attempt: \(perAttempt) (first attempt: \(before))")
+        // The gzip body, once uncompressed, then the bisection's budget
+        // while nothing is accepted (2·⌈log2 100⌉ + 4).
+        #expect(
+            perAttempt <= 2 + Uploader.bisectionBudget(100),
+            "requests per attempt: \(perAttempt) (first attempt: \(before))")
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.deadLettered == 0)
         #expect(statistics.heldBack?.contains("400") == true, "\(statistics.heldBack ?? "nil")")

@@ -119,7 +119,8 @@ public struct EngineConfiguration: Sendable {
     /// Called with the result of every upload request (which events, what
     /// the collector answered, what Spool did), on Spool's delivery queue;
     /// return quickly. ``EventEngine/uploadResults()`` offers the same as an
-    /// `AsyncSequence`, and the `upload_batches` table keeps the last 1,000.
+    /// `AsyncSequence`, and the `upload_batches` table keeps the last 1,000
+    /// (at most 20,000 events between them).
     public var uploadResultHandler: (@Sendable (UploadBatchResult) -> Void)?
 
     /// How many dead letters are kept, and for how long (10,000 for 30 days

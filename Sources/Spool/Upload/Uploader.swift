@@ -18,7 +18,7 @@ import SpoolStorage
 /// accepted is never sent again by another process; a lease outlives the
 /// longest request, and a killed holder's lease expires.
 actor Uploader {
-    static let consumerID = "uploader"
+    static let consumerID = Connection.uploaderConsumer
 
     struct Settings: Sendable {
         var url: URL
@@ -84,9 +84,6 @@ actor Uploader {
     /// Why uploading is held back (the collector refused requests
     /// themselves); nil once one is accepted.
     var heldBack: String?
-    /// Whether the last request was accepted: a lone event refused right
-    /// after is singled out by its neighbours.
-    var lastRequestAccepted = false
     /// Gzip bodies; off for good once the collector is found not to read them.
     var compresses: Bool
     /// `.automatic` compression through Spool's transport: a gzip body
@@ -95,6 +92,9 @@ actor Uploader {
     /// The collector accepted a gzip body in this launch: a 400 to a later
     /// one is about its events, not the coding.
     var gzipTaken = false
+    /// The largest body (before compression) the collector accepted in this
+    /// launch: a 413 to a larger one-event body singles that event out.
+    var largestAcceptedBody = 0
     let deadLetterLimits: DeadLetterLimits
     /// Where each request's result goes (nil: nobody listens).
     let results: UploadResultCenter?
@@ -330,7 +330,14 @@ actor Uploader {
     /// while paused.
     func discard(through position: Int64) throws {
         let consumer = Self.consumerID
-        _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: position) }
+        // Dead letters recorded before are discarded too: put back later,
+        // they would be uploaded.
+        _ = try log.database.onQueue { connection in
+            try connection.transaction {
+                try connection.deleteDeadLetters(through: position)
+                return try connection.advanceConsumerInTransaction(consumer, to: position)
+            }
+        }
         signals.withLock { $0.position = max($0.position, position) }
     }
 
@@ -360,13 +367,13 @@ actor Uploader {
     private func drain(force: Bool) async throws {
         // Each database call saves the previous batch's success, renews the
         // lease and reads the next batch, in one transaction.
-        var uploadedThrough: Int64?
+        var uploaded: (first: Int64, last: Int64)?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
-            let step = try saveAndRead(through: uploadedThrough)
-            uploadedThrough = nil
+            let step = try saveAndRead(uploaded)
+            uploaded = nil
             switch step {
             case .empty:
                 // Drained: the file gives back what the queue no longer needs.
@@ -377,10 +384,10 @@ actor Uploader {
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
-                if try await send(batch) { uploadedThrough = batch.last }
+                if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let through = uploadedThrough { _ = try saveAndRead(through: through, read: false) }
+        if let uploaded { _ = try saveAndRead(uploaded, read: false) }
     }
 
     /// Another process holds the lease: retry when it is free.
@@ -393,36 +400,45 @@ actor Uploader {
     /// (deleting the prefix every consumer finished), takes or renews the
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up.
-    private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
+    private func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let records = takeRecords()
-        let (step, position, head) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64) in
+        let (step, position, head, passed) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64, Int64) in
                 try connection.recordUploadBatches(records)
-                if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
+                var passed: Int64 = 0
+                if let uploaded {
+                    // Events the queue bound dropped while their request was
+                    // in flight are counted as dropped, not uploaded as well.
+                    let before = try connection.position(of: consumer) ?? 0
+                    passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
+                    try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
+                }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
                 guard read else {
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
                 let now = Date().timeIntervalSince1970
                 if let lease = try connection.acquireLease(
                     consumer, owner: owner, now: now, duration: settings.leaseDuration)
                 {
-                    return (.heldElsewhere(lease), position, head)
+                    return (.heldElsewhere(lease), position, head, passed)
                 }
                 switch try UploadBatch.read(
                     after: position, limit: settings.batchSize, anyFormat: format, from: connection)
                 {
-                case .batch(let batch)?: return (.batch(batch), position, head)
-                case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
+                case .batch(let batch)?: return (.batch(batch), position, head, passed)
+                case .oversized(let at, let bytes)?:
+                    return (.oversized(position: at, bytes: bytes), position, head, passed)
                 case nil:
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
             }
         }
+        counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
             signals.head = max(signals.head, head)
