@@ -159,14 +159,17 @@ extension Connection {
                 return rows
             }
             guard !rows.isEmpty else { return (0, head) }
+            var bytesTotal = try bytesTotal()
             try withStatement(
                 """
-                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only) \
-                VALUES (?, ?, ?, ?, ?, ?, 0, 1)
+                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
+                bytes_before) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?)
                 """
             ) { statement in
                 for row in rows {
                     head += 1
+                    try statement.bind(bytesTotal, at: 7)
+                    bytesTotal += Int64(Self.boundBytes(name: row.name, parametersJSON: row.parametersJSON))
                     try statement.bind(head, at: 1)
                     try statement.bind(row.id, at: 2)
                     try statement.bind(row.name, at: 3)
@@ -177,8 +180,9 @@ extension Connection {
                     statement.resetKeepingBindings()
                 }
             }
-            try withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { statement in
+            try withStatement("UPDATE log_head SET last_seq = ?, bytes_total = ? WHERE id = 1") { statement in
                 try statement.bind(head, at: 1)
+                try statement.bind(bytesTotal, at: 2)
                 try statement.step()
             }
             try withStatement("DELETE FROM dead_letters WHERE seq = ?") { statement in

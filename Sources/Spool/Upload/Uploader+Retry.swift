@@ -65,6 +65,12 @@ extension Uploader {
     // MARK: - Statistics
 
     func statistics() throws -> UploadStatistics {
+        let (overCount, overBytes, overAge) = try log.database.onQueue { connection in
+            (
+                try connection.counter("dropped_count"), try connection.counter("dropped_bytes"),
+                try connection.counter("dropped_age")
+            )
+        }
         let (dropped, deadLettered, evicted, position, head) = try log.database.onQueue { connection in
             (
                 try connection.droppedCount(of: Self.consumerID),
@@ -75,7 +81,8 @@ extension Uploader {
             )
         }
         return UploadStatistics(
-            pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
+            pending: Int(clamping: max(0, head - position)), dropped: dropped, droppedOverCount: overCount,
+            droppedOverBytes: overBytes, droppedOverAge: overAge, deadLettered: deadLettered,
             deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
             failedRequests: counters.failedRequests, lastFailure: lastFailure,
             nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses,
