@@ -156,6 +156,7 @@ print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.active
 report.calibrate("before")
 if runs("append") {
     try await AppendBenchmarks(quick: quick, report: report).run()
+    try await QueueBoundsBenchmarks(quick: quick, report: report).run()
     report.calibrate("after append")
 }
 if runs("burst") {
@@ -172,6 +173,7 @@ if runs("listen") {
 }
 if runs("upload") {
     try await DrainBenchmarks(quick: quick, report: report).run()
+    try await CollectorBoundaryBenchmarks(quick: quick, report: report).run()
     try UploadMemoryBenchmarks(quick: quick, report: report).run()
     report.calibrate("after upload")
 }

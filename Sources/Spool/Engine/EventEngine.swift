@@ -43,6 +43,7 @@ public final class EventEngine: Sendable {
     let state: Protected<State>
     package let delivery: DeliveryQueue
     let diagnosticsCenter: DiagnosticsCenter
+    let uploadResultCenter: UploadResultCenter
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
@@ -131,6 +132,7 @@ public final class EventEngine: Sendable {
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
+        uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
         // The survey center records through this engine without holding it.
         let engine = Protected<WeakBox<EventEngine>?>(nil)
         surveys = SurveyCenter(
@@ -213,7 +215,10 @@ public final class EventEngine: Sendable {
                     "the database files' protection class or backup exclusion could not be set")
             }
             log = EventLog(database: database, limits: configuration.writeBuffer.limits)
-            log.setMaximumRetainedEvents(configuration.effectiveRetention)
+            log.setQueueBounds(
+                QueueBounds(
+                    count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                    age: configuration.maximumEventAge))
             let limits = EventLog.HistoryLimits(
                 maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
             log.setHistoryLimits(limits)
@@ -388,6 +393,7 @@ public final class EventEngine: Sendable {
         events.finishAll()
         surveys.finishAll()
         diagnosticsCenter.finishAll()
+        uploadResultCenter.finishAll()
     }
 
     /// Returns once every event accepted so far is committed and delivered,
