@@ -103,22 +103,36 @@ extension Connection {
     }
 
     /// Puts the dead letters matching `status` and `reasonContaining` (nil:
-    /// any) back at the tail of the log, in their original order, with their
-    /// ids, for the uploader only; in one transaction.
+    /// any) back at the tail of the log, oldest first, with their ids, for
+    /// the uploader only; in one transaction. With a retention bound
+    /// (`maximumRetained`), at most as many as it leaves room for, so that
+    /// the next commit does not drop queued events to make room for them.
     ///
     /// - Returns: how many were put back, and the log's new head.
-    package func requeueDeadLetters(status: Int?, reasonContaining: String?) throws -> (count: Int, head: Int64) {
+    package func requeueDeadLetters(status: Int?, reasonContaining: String?, maximumRetained: Int?) throws -> (
+        count: Int, head: Int64
+    ) {
         try transaction {
             var head = try headPosition()
+            var room = Int.max
+            if let maximumRetained {
+                let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
+                    try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
+                }
+                let retained = oldest.map { Int(clamping: head - $0 + 1) } ?? 0
+                room = max(0, maximumRetained - retained)
+            }
+            guard room > 0 else { return (0, head) }
             let matching = """
                 FROM dead_letters WHERE (?1 IS NULL OR status = ?1) \
                 AND (?2 IS NULL OR instr(reason, ?2) > 0)
                 """
             let rows = try withStatement(
-                "SELECT seq, id, name, parameters, recorded_at, session_id \(matching) ORDER BY seq"
+                "SELECT seq, id, name, parameters, recorded_at, session_id \(matching) ORDER BY seq LIMIT ?3"
             ) { statement in
                 if let status { try statement.bind(status, at: 1) } else { try statement.bindNull(at: 1) }
                 if let reasonContaining { try statement.bind(reasonContaining, at: 2) } else { try statement.bindNull(at: 2) }
+                try statement.bind(room == .max ? -1 : room, at: 3)
                 var rows: [StoredEvent] = []
                 while try statement.step() {
                     rows.append(
@@ -152,10 +166,12 @@ extension Connection {
                 try statement.bind(head, at: 1)
                 try statement.step()
             }
-            try withStatement("DELETE \(matching)") { statement in
-                if let status { try statement.bind(status, at: 1) } else { try statement.bindNull(at: 1) }
-                if let reasonContaining { try statement.bind(reasonContaining, at: 2) } else { try statement.bindNull(at: 2) }
-                try statement.step()
+            try withStatement("DELETE FROM dead_letters WHERE seq = ?") { statement in
+                for row in rows {
+                    try statement.bind(row.seq, at: 1)
+                    try statement.step()
+                    statement.resetKeepingBindings()
+                }
             }
             return (rows.count, head)
         }

@@ -200,6 +200,30 @@ struct CollectorBoundaryTests {
         await engine.close()
     }
 
+    @Test("C5: dead letters put back never push queued events out: at most the room the queue bound leaves")
+    func requeueRespectsTheQueueBound() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maxQueueSize: 100)
+        try await engine.start()
+        let refused = try recordEvents(engine, 9, prefix: "early")
+        try await collector.control(["reject_ids": Array(refused.prefix(5))])
+        try await engine.flush()
+        #expect(try await deadLetterCount(engine) == 5)
+        try await collector.control(["reject_ids": [String](), "mode": "status", "status": 503])
+        let queued = try recordEvents(engine, 99, prefix: "queued")  // 99 in the queue, bound 100
+        try await engine.settle()
+        #expect(try await engine.requeueDeadLetters() == 1, "room for one")
+        #expect(try await deadLetterCount(engine) == 4)
+        try await collector.control(["mode": "ok"])
+        try await flushUntilDone(engine)
+        #expect(try await engine.requeueDeadLetters() == 4)
+        try await engine.flush()
+        expectArrived(queued + refused, collector)
+        #expect(try await engine.uploadStatistics().dropped == 0)
+        await engine.close()
+    }
+
     @Test("C5: dead letters have a count bound, and what it removes is counted")
     func deadLettersAreBounded() async throws {
         let directory = TemporaryDirectory()

@@ -142,6 +142,11 @@ public struct EngineConfiguration: Sendable {
     /// by default).
     public var deadLetterLimits: DeadLetterLimits = .default
 
+    /// What tells the uploader whether a network path exists; nil: the
+    /// platform's (`NWPathMonitor` on Apple platforms, none elsewhere).
+    /// Tests set a ``ManualNetworkPath``.
+    var networkPath: (any NetworkPathSource)?
+
     /// The campaign events that bypass the per-session limit by default:
     /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own
     /// with `defaultPriorityEventNames.union([...])`.

@@ -61,7 +61,9 @@ extension EventEngine {
 
     /// Puts dead letters back at the tail of the log, for the uploader, with
     /// their ids (so the collector can deduplicate them), and starts an
-    /// upload. Listeners do not get them again.
+    /// upload. Listeners do not get them again. Oldest first, and at most as
+    /// many as the queue bound has room for (queued events never give way
+    /// to them): call again once those are uploaded to put back the rest.
     ///
     /// Call it once what made the collector refuse them is fixed: after a
     /// write-key rotation, after a collector release that reads what it
@@ -85,12 +87,13 @@ extension EventEngine {
         case .status(let code): (status, reason) = (code, nil)
         case .reasonContaining(let text): (status, reason) = (nil, text)
         }
+        let bound = configuration.effectiveRetention
         let requeued = Protected((count: 0, head: Int64(0)))
         try await SpoolError.bridgingAsync {
             // In the background the database is suspended: wake it for this.
             try await withDatabaseAwake {
                 let result = try await log.database.run {
-                    try $0.requeueDeadLetters(status: status, reasonContaining: reason)
+                    try $0.requeueDeadLetters(status: status, reasonContaining: reason, maximumRetained: bound)
                 }
                 requeued.withLock { $0 = result }
             }
@@ -119,7 +122,8 @@ extension EventEngine {
         let state = self.state
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
-            results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits
+            results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
+            networkPath: configuration.networkPath ?? NetworkPaths.system()
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended

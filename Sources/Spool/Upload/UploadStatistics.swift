@@ -31,4 +31,9 @@ public struct UploadStatistics: Sendable, Hashable {
     /// request answered 400 or 415 and taken uncompressed): requests to it
     /// are not compressed, in this and later launches.
     public var compresses: Bool
+    /// True while the system says there is no network path (Apple
+    /// platforms): automatic uploads wait for one instead of spending
+    /// retries, and start at once when it returns. An explicit
+    /// ``EventEngine/flush()`` still tries.
+    public var waitingForNetwork: Bool
 }

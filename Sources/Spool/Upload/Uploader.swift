@@ -100,6 +100,11 @@ actor Uploader {
     let results: UploadResultCenter?
     /// Results not yet in `upload_batches`: written with the next transaction.
     var unsavedRecords: [UploadBatchRecord] = []
+    /// What says whether the system has a network path (nil: nothing does).
+    private let networkPath: (any NetworkPathSource)?
+    /// False while the system says there is no network path: automatic
+    /// uploads wait for one (an explicit `flush()` still tries).
+    private var networkAvailable = true
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -110,8 +115,10 @@ actor Uploader {
     init(
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
         diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
-        deadLetterLimits: DeadLetterLimits = .default, isAllowed: @escaping @Sendable () -> Bool
+        deadLetterLimits: DeadLetterLimits = .default, networkPath: (any NetworkPathSource)? = nil,
+        isAllowed: @escaping @Sendable () -> Bool
     ) {
+        self.networkPath = networkPath
         self.owner = owner
         self.log = log
         // A DefaultEventDispatcher brings its format, options and transport;
@@ -162,7 +169,22 @@ actor Uploader {
                 }
             }
         }
+        // A task per path change (rare): the one way from the monitor's
+        // queue onto the actor.
+        networkPath?.start { [weak self] available in Task { await self?.networkChanged(available: available) } }
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
+    }
+
+    /// The system found a network path, or lost the last one. When one
+    /// returns, what waits goes out at once: the backoff was for a collector
+    /// that could not be reached.
+    private func networkChanged(available: Bool) {
+        guard available != networkAvailable else { return }
+        networkAvailable = available
+        guard available else { return }
+        retryAt = nil
+        retryTask?.cancel()
+        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// Stops the timer and retries and lets a request in flight finish (at
@@ -173,6 +195,7 @@ actor Uploader {
     /// least once).
     func stop(patience: TimeInterval = 5) async {
         closed = true
+        networkPath?.cancel()
         timerTask?.cancel()
         retryTask?.cancel()
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
@@ -340,6 +363,7 @@ actor Uploader {
         var uploadedThrough: Int64?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
+            if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
             let step = try saveAndRead(through: uploadedThrough)
             uploadedThrough = nil
@@ -480,6 +504,7 @@ actor Uploader {
             pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
             deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
             failedRequests: counters.failedRequests, lastFailure: lastFailure,
-            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses)
+            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses,
+            waitingForNetwork: !networkAvailable)
     }
 }
