@@ -89,6 +89,15 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// `eventCount` is how many are gone; some may have been delivered
         /// or uploaded before they went.
         case committedEventsMissing
+        /// The database's volume has less free space than
+        /// ``EngineConfiguration/minimumFreeDiskSpace``: the file stops
+        /// growing. The log keeps the events it holds, and each new one makes
+        /// the oldest give way (counted as dropped by the consumers that had
+        /// not finished it); recording goes on.
+        case lowDiskSpace
+        /// The database's volume has enough free space again: the configured
+        /// bounds are back.
+        case diskSpaceRecovered
     }
 
     /// What happened.

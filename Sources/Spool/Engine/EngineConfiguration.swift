@@ -124,6 +124,22 @@ public struct EngineConfiguration: Sendable {
     /// its own (every row it could read is in the fresh file); a file it did
     /// not recognise is set aside and never deleted.
     public var damagedCopyRetention: TimeInterval = 7 * 86_400
+    /// The free space, in bytes, below which the database file stops
+    /// growing. Default 50 MB; `nil` never checks.
+    ///
+    /// After a commit, at most every 10 seconds, Spool reads the free space
+    /// of the database's volume (`volumeAvailableCapacityForImportantUsage`
+    /// on Apple platforms, `statvfs` elsewhere). Below this minimum, the log
+    /// keeps the events it holds at that moment as its bound, and the
+    /// history its rows: each new event makes the oldest give way, as the
+    /// queue bound does (consumers count them as dropped: ``UploadStatistics/dropped``,
+    /// `onMissed`), and a ``SpoolDiagnostic/Kind/lowDiskSpace`` diagnostic
+    /// says why. Recording goes on. At or above the minimum again, the
+    /// configured bounds return (``SpoolDiagnostic/Kind/diskSpaceRecovered``).
+    /// The WAL keeps its own bound (it is overwritten in place).
+    public var minimumFreeDiskSpace: Int64? = 50_000_000
+    /// How often, at most, the free space is read (seconds).
+    var freeSpaceCheckInterval: TimeInterval = 10
     /// Called with every ``SpoolDiagnostic``: failures Spool cannot return to
     /// a caller (a commit failing on a full disk, a position that could not
     /// be saved, events `close()` could not commit…) and recoveries. Called

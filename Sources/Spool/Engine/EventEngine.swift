@@ -256,11 +256,13 @@ public final class EventEngine: Sendable {
                 guard let surveys, surveys.isActive else { return nil }
                 return surveys.triggered(by: events(), in: connection)
             }
+            let freeSpace = makeFreeSpaceGuard(log)
             log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
                 markCommit?(head)
+                freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
             delivery.attach(log, follower: surveys)
