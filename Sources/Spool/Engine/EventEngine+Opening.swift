@@ -57,19 +57,20 @@ extension EventEngine {
                 missingInFile: shape.missingEvents)
         } catch let damage where salvages && StorageError.meansDamage(damage) {
             let date = Date()
+            let outcome: SalvageOutcome
             do {
-                let outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date)
-                let (database, shape) = try openChecked(path, options, salvaging: false)
-                return OpenedDatabase(
-                    database: database, markCommit: markCommit(mark, shape),
-                    salvage: SalvageReport(outcome, reason: reason(damage), date: date), missingCommitted: 0,
-                    missingInFile: 0)
+                outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date)
             } catch {
                 // The salvage could not finish (a directory that cannot be
                 // written, a full disk): the damaged file is where it was,
                 // and the app learns what made it unusable.
                 throw damage
             }
+            let (database, shape) = try openChecked(path, options, salvaging: false)
+            return OpenedDatabase(
+                database: database, markCommit: markCommit(mark, shape),
+                salvage: SalvageReport(outcome, reason: reason(damage), date: date), missingCommitted: 0,
+                missingInFile: 0)
         }
     }
 

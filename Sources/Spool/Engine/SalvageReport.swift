@@ -23,6 +23,11 @@ import SpoolStorage
 /// `onMissed` and the uploader counts them in
 /// ``UploadStatistics/dropped``.
 ///
+/// Another process that already had the damaged file open (an app
+/// extension running at that moment) goes on with the set-aside copy until it
+/// opens the database again: what it records meanwhile is not in the fresh
+/// file. Processes that open the database while a salvage runs wait for it.
+///
 /// ``EngineConfiguration/salvagesDamagedDatabase`` turns this off: `start()`
 /// then throws (``SpoolError/notADatabase(path:)``,
 /// ``SpoolError/damaged(path:reason:)``,
