@@ -112,6 +112,7 @@ let started = Date()
 print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
 if only == nil || only == "append" {
     try await AppendBenchmarks(quick: quick, report: report).run()
+    try await QueueBoundsBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "burst" {
     try RecordBurstBenchmarks(quick: quick, report: report).run()

@@ -13,8 +13,12 @@ CREATE TABLE collectors (
     gzip_refused_at REAL
 ) STRICT;
 
--- The last requests the uploader sent (at most 1,000 rows, oldest deleted
--- first): which events each carried, and what came of it.
+-- The last requests the uploader sent (at most 1,000 rows, and at most
+-- 20,000 events between them; the oldest are deleted first): which events
+-- each carried, and what came of it. `event_ids` is a JSON array of the
+-- ids of the events, as sent: "was event X sent?" is
+-- `WHERE instr(event_ids, 'X') > 0`. `events_before` counts the events of
+-- every earlier row (what the 20,000 bound is kept by).
 --   outcome: accepted | retried | held_back | bisected | dead_lettered | per_event
 --   status:  the HTTP status, NULL when no answer came (then `detail` says why)
 CREATE TABLE upload_batches (
@@ -25,6 +29,8 @@ CREATE TABLE upload_batches (
     first_event_id TEXT NOT NULL,
     last_event_id  TEXT NOT NULL,
     event_count    INTEGER NOT NULL,
+    event_ids      TEXT NOT NULL CHECK (json_valid(event_ids)),
+    events_before  INTEGER NOT NULL,
     status         INTEGER,
     outcome        TEXT NOT NULL,
     detail         TEXT,

@@ -144,29 +144,7 @@ extension Connection {
     /// moving every consumer that had not finished them past them and counting
     /// what it lost in `consumers.dropped`. Runs inside the append transaction.
     package func enforceRetention(maximum: Int, head: Int64) throws {
-        let boundary = head - Int64(maximum)
-        guard boundary > 0 else { return }
-        let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
-            try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
-        }
-        guard let oldest, oldest <= boundary else { return }
-        try withStatement(
-            """
-            UPDATE consumers SET dropped = dropped + (? - max(position, ? - 1)), position = ?, updated_at = ? \
-            WHERE position < ?
-            """
-        ) { statement in
-            try statement.bind(boundary, at: 1)
-            try statement.bind(oldest, at: 2)
-            try statement.bind(boundary, at: 3)
-            try statement.bind(Date().timeIntervalSince1970, at: 4)
-            try statement.bind(boundary, at: 5)
-            try statement.step()
-        }
-        try withStatement("DELETE FROM events WHERE seq <= ?") { statement in
-            try statement.bind(boundary, at: 1)
-            try statement.step()
-        }
+        try dropPrefix(through: head - Int64(maximum))
     }
 
     /// How many events `consumer` lost to the retention bound.

@@ -20,6 +20,8 @@ package struct UploadBatchRecord: Sendable {
     package var firstEventID: String
     package var lastEventID: String
     package var eventCount: Int
+    /// The ids as a JSON array, in request order.
+    package var eventIDs: String
     package var status: Int?
     package var outcome: String
     package var detail: String?
@@ -29,9 +31,10 @@ package struct UploadBatchRecord: Sendable {
 
     package init(
         sentAt: Double, firstSeq: Int64, lastSeq: Int64, firstEventID: String, lastEventID: String, eventCount: Int,
-        status: Int?, outcome: String, detail: String?, compressed: Bool, bodyBytes: Int,
+        eventIDs: String, status: Int?, outcome: String, detail: String?, compressed: Bool, bodyBytes: Int,
         durationMilliseconds: Double
     ) {
+        self.eventIDs = eventIDs
         self.sentAt = sentAt
         self.firstSeq = firstSeq
         self.lastSeq = lastSeq
@@ -50,6 +53,18 @@ package struct UploadBatchRecord: Sendable {
 // MARK: - Exact reads, dead letters and what the uploader learnt (on the database queue)
 
 extension Connection {
+    /// The uploader's consumer id: the one consumer that reads the
+    /// `uploader_only` rows.
+    package static let uploaderConsumer = "uploader"
+
+    /// Deletes the dead letters of events at or before `position`.
+    package func deleteDeadLetters(through position: Int64) throws {
+        try withStatement("DELETE FROM dead_letters WHERE seq <= ?") { statement in
+            try statement.bind(position, at: 1)
+            try statement.step()
+        }
+    }
+
     /// The events still in the log among positions `first...last`, in log
     /// order: a request's events as they were sent (positions are never
     /// reused, so nothing else can be in that range; events the retention
@@ -144,14 +159,17 @@ extension Connection {
                 return rows
             }
             guard !rows.isEmpty else { return (0, head) }
+            var bytesTotal = try bytesTotal()
             try withStatement(
                 """
-                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only) \
-                VALUES (?, ?, ?, ?, ?, ?, 0, 1)
+                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
+                bytes_before) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?)
                 """
             ) { statement in
                 for row in rows {
                     head += 1
+                    try statement.bind(bytesTotal, at: 7)
+                    bytesTotal += Int64(Self.boundBytes(name: row.name, parametersJSON: row.parametersJSON))
                     try statement.bind(head, at: 1)
                     try statement.bind(row.id, at: 2)
                     try statement.bind(row.name, at: 3)
@@ -162,8 +180,9 @@ extension Connection {
                     statement.resetKeepingBindings()
                 }
             }
-            try withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { statement in
+            try withStatement("UPDATE log_head SET last_seq = ?, bytes_total = ? WHERE id = 1") { statement in
                 try statement.bind(head, at: 1)
+                try statement.bind(bytesTotal, at: 2)
                 try statement.step()
             }
             try withStatement("DELETE FROM dead_letters WHERE seq = ?") { statement in
@@ -219,18 +238,30 @@ extension Connection {
         }
     }
 
-    /// How many rows `upload_batches` keeps.
+    /// How many rows `upload_batches` keeps at most.
     package static let uploadBatchesKept: Int64 = 1_000
+    /// How many events the rows of `upload_batches` carry at most, together
+    /// (their ids are kept: about 40 bytes each).
+    package static let uploadBatchEventsKept: Int64 = 20_000
 
     /// Appends one request's outcome to `upload_batches`, keeping the last
-    /// ``uploadBatchesKept``.
+    /// ``uploadBatchesKept`` rows, and no more than ``uploadBatchEventsKept``
+    /// events between them.
     package func recordUploadBatch(_ record: UploadBatchRecord) throws {
+        let before = try withStatement(
+            "SELECT events_before + event_count FROM upload_batches ORDER BY id DESC LIMIT 1"
+        ) { statement -> Int64 in
+            try statement.step() ? statement.int64(at: 0) : 0
+        }
         let id = try withStatement(
             """
             INSERT INTO upload_batches (sent_at, first_seq, last_seq, first_event_id, last_event_id, event_count, \
-            status, outcome, detail, compressed, body_bytes, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            event_ids, events_before, status, outcome, detail, compressed, body_bytes, duration_ms) \
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?13, ?14, ?7, ?8, ?9, ?10, ?11, ?12)
             """
         ) { statement -> Int64 in
+            try statement.bind(record.eventIDs, at: 13)
+            try statement.bind(before, at: 14)
             try statement.bind(record.sentAt, at: 1)
             try statement.bind(record.firstSeq, at: 2)
             try statement.bind(record.lastSeq, at: 3)
@@ -246,11 +277,13 @@ extension Connection {
             try statement.step()
             return lastInsertRowID
         }
-        if id > Self.uploadBatchesKept {
-            try withStatement("DELETE FROM upload_batches WHERE id <= ?") { statement in
-                try statement.bind(id - Self.uploadBatchesKept, at: 1)
-                try statement.step()
-            }
+        let events = before + Int64(record.eventCount)
+        try withStatement(
+            "DELETE FROM upload_batches WHERE id <= ? OR events_before + event_count <= ?"
+        ) { statement in
+            try statement.bind(id - Self.uploadBatchesKept, at: 1)
+            try statement.bind(events - Self.uploadBatchEventsKept, at: 2)
+            try statement.step()
         }
     }
 }

@@ -259,8 +259,12 @@ CREATE TABLE collectors (
     gzip_refused_at REAL
 ) STRICT;
 
--- The last requests the uploader sent (at most 1,000 rows, oldest deleted
--- first): which events each carried, and what came of it.
+-- The last requests the uploader sent (at most 1,000 rows, and at most
+-- 20,000 events between them; the oldest are deleted first): which events
+-- each carried, and what came of it. `event_ids` is a JSON array of the
+-- ids of the events, as sent: "was event X sent?" is
+-- `WHERE instr(event_ids, 'X') > 0`. `events_before` counts the events of
+-- every earlier row (what the 20,000 bound is kept by).
 --   outcome: accepted | retried | held_back | bisected | dead_lettered | per_event
 --   status:  the HTTP status, NULL when no answer came (then `detail` says why)
 CREATE TABLE upload_batches (
@@ -271,6 +275,8 @@ CREATE TABLE upload_batches (
     first_event_id TEXT NOT NULL,
     last_event_id  TEXT NOT NULL,
     event_count    INTEGER NOT NULL,
+    event_ids      TEXT NOT NULL CHECK (json_valid(event_ids)),
+    events_before  INTEGER NOT NULL,
     status         INTEGER,
     outcome        TEXT NOT NULL,
     detail         TEXT,
@@ -307,6 +313,39 @@ CREATE TABLE counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL DEFAULT 0
 ) STRICT;
+
+"""####
+        ),
+        Migration(
+            version: 7,
+            name: "queue_bounds",
+            sql: ####"""
+-- 0007: the queue's byte and age bounds.
+--
+-- Beside the count bound, the log can be bounded by the bytes its events
+-- take and by their age; the oldest give way first, as with the count.
+-- What the log holds in bytes is known from two numbers, whatever the
+-- backlog: `log_head.bytes_total`, the bytes (name + parameters, UTF-8) of
+-- every event ever appended, and the oldest row's `bytes_before`, the bytes
+-- of every event appended before it. Rows are only ever deleted from the
+-- oldest end, so the difference is what the log holds.
+
+ALTER TABLE events ADD COLUMN bytes_before INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE log_head ADD COLUMN bytes_total INTEGER NOT NULL DEFAULT 0;
+
+-- The events already queued: their running total, in log order.
+UPDATE events SET bytes_before = running.before
+FROM (SELECT seq,
+             coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB)))
+                 OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+      FROM events) AS running
+WHERE running.seq = events.seq;
+
+UPDATE log_head SET bytes_total =
+    (SELECT coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))), 0) FROM events);
+
+-- What the queue bounds dropped, by bound (`counters`): dropped_count,
+-- dropped_bytes, dropped_age.
 
 """####
         ),

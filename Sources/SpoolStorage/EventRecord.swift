@@ -57,6 +57,8 @@ package struct EventRecord: Sendable {
     /// parameters, plus what each buffered event costs besides (about 100
     /// bytes: its place in the buffer and the string headers).
     var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
+    /// What it counts for against the queue's byte bound.
+    var boundBytes: Int { Connection.boundBytes(name: name, parametersJSON: parametersJSON) }
 }
 
 /// A receipt for one append: its place in the acceptance order and its id.

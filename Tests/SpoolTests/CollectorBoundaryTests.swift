@@ -127,13 +127,14 @@ struct CollectorBoundaryTests {
         expectArrived(ids.filter { $0 != ids[40] }, collector)
 
         // Every request refused with 400, whatever it holds: no event is
-        // singled out, so none is dead-lettered and the batch is kept.
+        // singled out, so none is dead-lettered and the batch is kept, after
+        // at most the bisection's budget of requests.
         try await collector.control(["mode": "status", "status": 400])
         let before = collector.requests().count
         let more = try recordEvents(engine, 64, prefix: "more")
         try await engine.settle()
         await #expect(throws: UploadError.self) { try await engine.flush() }
-        #expect(collector.requests().count - before <= 1 + 2 * 6)
+        #expect(collector.requests().count - before <= 2 + Uploader.bisectionBudget(64))
         #expect(try await deadLetterCount(engine) == 1)
         try await collector.control(["mode": "ok"])
         try await flushUntilDone(engine)

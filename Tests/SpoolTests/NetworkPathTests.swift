@@ -23,15 +23,15 @@ struct NetworkPathTests {
         try await engine.settle()
         // The size trigger and a timer every 50 ms: no request while offline.
         #expect(await !collector.waitFor(timeout: 0.5) { !$0.isEmpty })
-        var statistics = try await engine.uploadStatistics()
+        let statistics = try await engine.uploadStatistics()
         #expect(statistics.waitingForNetwork && statistics.failedRequests == 0 && statistics.pending == 10)
 
         // A path, and a collector that fails once: the backoff is 60 s.
         try await collector.control(["mode": "status", "status": 503, "times": 1])
         path.set(available: true)
         #expect(await collector.waitFor { $0.contains { $0.status == 503 } })
-        statistics = try await engine.uploadStatistics()
-        #expect(statistics.nextRetryIn ?? 0 > 30)
+        // The collector logs a request before it answers: wait for the engine.
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().nextRetryIn ?? 0 > 30 }))
 
         // The path goes and comes back: the upload starts at once.
         path.set(available: false)

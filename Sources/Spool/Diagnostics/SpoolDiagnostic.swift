@@ -67,6 +67,10 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case compressionTurnedOff
         /// Dead letters were removed by their bounds (``DeadLetterLimits``).
         case deadLettersEvicted
+        /// The queue's bounds (count, bytes, age) made its oldest events
+        /// give way before every consumer had them; the message says how
+        /// many per bound. Durable listeners also get `onMissed`.
+        case eventsDropped
         /// The database file could not give space back after the queue
         /// drained (an I/O error); it stays larger until the next drain.
         /// Another process reading the file is no failure: Spool tries again

@@ -231,7 +231,10 @@ public final class EventEngine: Sendable {
                     "the database files' protection class or backup exclusion could not be set")
             }
             log = EventLog(database: database, limits: configuration.writeBuffer.limits)
-            log.setMaximumRetainedEvents(configuration.effectiveRetention)
+            log.setQueueBounds(
+                QueueBounds(
+                    count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                    age: configuration.maximumEventAge))
             let limits = EventLog.HistoryLimits(
                 maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
             log.setHistoryLimits(limits)

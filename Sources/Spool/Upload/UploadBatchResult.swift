@@ -8,9 +8,10 @@ import SpoolStorage
 /// Every request the uploader sends produces one, splits and uncompressed
 /// retries included; they reach ``EngineConfiguration/uploadResultHandler``
 /// and ``EventEngine/uploadResults()`` on the delivery queue, and the last
-/// 1,000 are kept in the `upload_batches` table (`upload_batches_readable`
-/// at the `sqlite3` prompt), so "was event X sent, and what did the
-/// collector say?" has an answer after a restart.
+/// 1,000 (at most 20,000 events between them) are kept in the
+/// `upload_batches` table with the ids of their events
+/// (`upload_batches_readable` at the `sqlite3` prompt), so "was event X
+/// sent, and what did the collector say?" has an answer after a restart.
 public struct UploadBatchResult: Sendable, Hashable {
     /// What Spool did with the request's events.
     public enum Outcome: String, Sendable, Hashable, CaseIterable {

@@ -70,9 +70,11 @@ struct UploadBatch: Sendable {
     let body: Data
     /// In log order; never empty.
     let positions: [Int64]
-    /// The first and last event's ids, for the record of what was sent.
+    /// The first and last event's ids, and all of them as a JSON array, for
+    /// the record of what was sent.
     let firstID: String
     let lastID: String
+    let idsJSON: String
 
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
@@ -133,11 +135,21 @@ extension UploadBatch {
         var oversized: Read?
         var firstID = ""
         var lastID: [UInt8] = []  // reused: no allocation per event
+        var ids: [UInt8] = [UInt8(ascii: "[")]
+        ids.reserveCapacity(limit * 39 + 2)
         try connection.forEachEventRow(after: position, limit: limit) { row in
             guard row.seq <= last else { return false }
             switch body.append(row) {
             case .added:
-                if positions.isEmpty { firstID = String(decoding: row.id, as: UTF8.self) }
+                if positions.isEmpty {
+                    firstID = String(decoding: row.id, as: UTF8.self)
+                } else {
+                    ids.append(UInt8(ascii: ","))
+                }
+                // An id is a UUID: nothing in it to escape.
+                ids.append(UInt8(ascii: "\""))
+                ids.append(contentsOf: row.id)
+                ids.append(UInt8(ascii: "\""))
                 positions.append(row.seq)
                 lastID.removeAll(keepingCapacity: true)
                 lastID.append(contentsOf: row.id)
@@ -154,6 +166,6 @@ extension UploadBatch {
         return .batch(
             UploadBatch(
                 body: body.finish(), positions: positions, firstID: firstID,
-                lastID: String(decoding: lastID, as: UTF8.self)))
+                lastID: String(decoding: lastID, as: UTF8.self), idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
     }
 }

@@ -6,6 +6,17 @@ public struct UploadStatistics: Sendable, Hashable {
     public var pending: Int
     /// Events the queue bound dropped before they could be uploaded.
     public var dropped: Int
+    /// Events the count bound dropped, ever, before every consumer had them
+    /// (``EngineConfiguration/maximumRetainedEvents`` or the dispatcher's
+    /// `maxQueueSize`). Read from the database: every process sharing the
+    /// file counts here.
+    public var droppedOverCount: Int
+    /// Events the byte bound dropped, ever
+    /// (``EngineConfiguration/maximumQueueBytes``).
+    public var droppedOverBytes: Int
+    /// Events the age bound dropped, ever
+    /// (``EngineConfiguration/maximumEventAge``).
+    public var droppedOverAge: Int
     /// Events the collector refused on their own, now in the `dead_letters`
     /// table (``EventEngine/requeueDeadLetters(_:)`` puts them back).
     public var deadLettered: Int

@@ -41,9 +41,6 @@ extension Uploader {
     ///   is saved with the next read); false when it was settled here.
     /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
     func send(_ batch: UploadBatch) async throws -> Bool {
-        // The request before this one was taken: its events are this
-        // batch's neighbours, should the collector refuse this one alone.
-        let neighbourAccepted = lastRequestAccepted
         var compress = compresses
         var exchanged = await exchange(batch, compress: compress)
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
@@ -66,6 +63,7 @@ extension Uploader {
         case .accepted:
             note(batch, exchanged, .accepted)
             if exchanged.compressed { gzipTaken = true }
+            largestAcceptedBody = max(largestAcceptedBody, batch.body.count)
             counters.uploaded += batch.count
             recovered()
             return true
@@ -90,19 +88,12 @@ extension Uploader {
             try holdBack(reason, retryAfter: retryAfter, events: batch.count)
         case .eventsRefused(let reason, let status, let singled):
             counters.failedRequests += 1
-            if batch.count == 1 && (singled || neighbourAccepted) {
-                // One event, refused while the request before it was taken
-                // (or refused by name): dead-lettered alone.
+            if batch.count == 1 && singled {
+                // The format's reading names this very event.
                 note(batch, exchanged, .deadLettered, detail: reason)
                 try settle(batch.positions, [batch.first: .rejected(reason, status: status)])
                 recovered()
                 return false
-            }
-            if batch.count == 1 {
-                note(batch, exchanged, .heldBack, detail: reason)
-                try holdBack(
-                    "\(reason) (one event, and no request beside it was accepted: nothing singles it out)",
-                    retryAfter: nil, events: 1)
             }
             note(batch, exchanged, .bisected, detail: reason)
             try await bisect(batch, status: status, reason: reason, compress: compress)

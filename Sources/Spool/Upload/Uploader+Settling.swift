@@ -1,9 +1,9 @@
 import Foundation
 import SpoolStorage
 
-/// Settling a request's events: bisection of a refused batch, dead letters
-/// by the exact positions that were sent, holding back on refusals of the
-/// request, and the record of every request.
+/// Settling a request's events: dead letters by the exact positions that
+/// were sent, holding back on refusals of the request, and the record of
+/// every request.
 extension Uploader {
     /// What became of one event of a request.
     enum EventOutcome {
@@ -11,6 +11,9 @@ extension Uploader {
         case rejected(String, status: Int?)
         /// It stays queued (and everything after it).
         case retry(String)
+        /// The queue bound deleted it while its request was in flight: it is
+        /// counted as dropped, and passed.
+        case dropped
 
         init(_ result: UploadVerdict.EventResult?, status: Int) {
             switch result {
@@ -19,167 +22,6 @@ extension Uploader {
             case .retry(let reason)?: self = .retry("HTTP \(status): \(reason)")
             case nil: self = .retry("HTTP \(status): no result for this event")
             }
-        }
-    }
-
-    /// What a bisection of one refused batch has learnt so far.
-    struct Bisection {
-        var outcomes: [Int64: EventOutcome] = [:]
-        /// Single events refused on their own: dead letters once the
-        /// collector accepted something else of the batch.
-        var refusedAlone: [Int64: (reason: String, status: Int)] = [:]
-        var sawAccepted = false
-        /// Results to publish once the refused single events are decided.
-        var notes: [(batch: UploadBatch, exchange: Exchange, outcome: UploadBatchResult.Outcome, detail: String?)] =
-            []
-    }
-
-    /// How exploring a refused range ended.
-    enum Exploration {
-        case done
-        /// Refused the same way at every level with nothing accepted: no
-        /// event is singled out.
-        case inconclusive
-        /// A transient failure or a refusal of the request: stop here.
-        case stop(Reading)
-    }
-
-    /// What one request of a bisection found.
-    enum Probe {
-        case settled
-        case refused(positions: [Int64], reason: String, status: Int)
-        case stop(Reading)
-
-    }
-
-    /// Finds the events of a refused batch the collector refuses on their
-    /// own: each refused range is sent as two halves, and a half refused is
-    /// split again, down to single events, in log order. At most about
-    /// 2·log2(n) more requests per refused event. A batch refused the same
-    /// way at every level before anything of it was accepted singles out
-    /// nothing (about log2(n) requests find that out): the refusal is
-    /// treated as one of the request, held back, nothing dead-lettered.
-    func bisect(_ batch: UploadBatch, status: Int, reason: String, compress: Bool) async throws {
-        var state = Bisection()
-        let ended = try await explore(batch.positions[...], status: status, reason: reason, compress, &state)
-        if state.sawAccepted {
-            for (position, refusal) in state.refusedAlone {
-                state.outcomes[position] = .rejected(refusal.reason, status: refusal.status)
-            }
-        }
-        for note in state.notes {
-            var outcome = note.outcome
-            if note.batch.count == 1, state.refusedAlone[note.batch.first] != nil {
-                outcome = state.sawAccepted ? .deadLettered : .heldBack
-            }
-            self.note(note.batch, note.exchange, outcome, detail: note.detail)
-        }
-        let settled = try settle(batch.positions, state.outcomes)
-        switch ended {
-        case .done where state.sawAccepted:
-            if let retry = settled.retry { try backOff(retry, retryAfter: nil, events: settled.left) }
-            recovered()
-        case .done, .inconclusive:
-            try holdBack(
-                "\(reason): refused the same way at every level of a split, so no event is singled out",
-                retryAfter: nil,
-                events: settled.left)
-        case .stop(.requestRefused(let reason, let retryAfter, _)):
-            try holdBack(reason, retryAfter: retryAfter, events: settled.left)
-        case .stop(let reading):
-            var (reason, retryAfter) = ("interrupted", TimeInterval?.none)
-            if case .transient(let why, let after, _) = reading { (reason, retryAfter) = (why, after) }
-            try backOff(reason, retryAfter: retryAfter, events: settled.left)
-        }
-    }
-
-    /// Explores a range the collector refused, in log order: its left half
-    /// is settled (split further when refused) before its right half is
-    /// sent, so events reach the collector in the order they were recorded.
-    private func explore(
-        _ positions: ArraySlice<Int64>, status: Int, reason: String, _ compress: Bool, _ state: inout Bisection
-    ) async throws -> Exploration {
-        if positions.count == 1, let position = positions.first {
-            state.refusedAlone[position] = (reason, status)
-            return .done
-        }
-        let middle = positions.startIndex + positions.count / 2
-        let left = try await probe(positions[..<middle], compress, &state)
-        switch left {
-        case .stop(let reading): return .stop(reading)
-        case .refused(let sent, let reason, let status):
-            let ended = try await explore(sent[...], status: status, reason: reason, compress, &state)
-            guard case .done = ended else { return ended }
-        case .settled: break
-        }
-        let right = try await probe(positions[middle...], compress, &state)
-        switch right {
-        case .stop(let reading): return .stop(reading)
-        case .refused(let sent, let reason, let status):
-            // Refused on the left and on the right, and nothing taken: the
-            // batch fails the same way at every level.
-            guard state.sawAccepted else { return .inconclusive }
-            return try await explore(sent[...], status: status, reason: reason, compress, &state)
-        case .settled: return .done
-        }
-    }
-
-    /// Sends the events still in the log among `positions` (read by their
-    /// positions, as sent: never "the next n") and records what came of them.
-    private func probe(_ positions: ArraySlice<Int64>, _ compress: Bool, _ state: inout Bisection) async throws
-        -> Probe
-    {
-        guard let first = positions.first, let last = positions.last else { return .settled }
-        let (consumer, format, owner, duration) = (Self.consumerID, client.format, self.owner, settings.leaseDuration)
-        let (found, heldBy) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (UploadBatch.Read?, ConsumerLease?) in
-                // Each read renews the lease: a bisection can take many requests.
-                if let lease = try connection.acquireLease(
-                    consumer, owner: owner, now: Date().timeIntervalSince1970, duration: duration)
-                {
-                    return (nil, lease)
-                }
-                return (
-                    try UploadBatch.read(
-                        after: first - 1, through: last, limit: positions.count, anyFormat: format, from: connection),
-                    nil
-                )
-            }
-        }
-        if let heldBy { throw heldElsewhere(heldBy) }
-        guard case .batch(let batch)? = found else { return .settled }  // the retention bound took them all
-        let exchanged = await exchange(batch, compress: compress)
-        counters.requests += 1
-        let reading = read(exchanged.answer, eventCount: batch.count)
-        switch reading {
-        case .accepted:
-            for position in batch.positions { state.outcomes[position] = .accepted }
-            state.sawAccepted = true
-            state.notes.append((batch, exchanged, .accepted, nil))
-            return .settled
-        case .perEvent(let results, let status):
-            for (index, position) in batch.positions.enumerated() {
-                let outcome = EventOutcome(index < results.count ? results[index] : nil, status: status)
-                if case .accepted = outcome { state.sawAccepted = true }
-                state.outcomes[position] = outcome
-            }
-            state.notes.append((batch, exchanged, .settledPerEvent, nil))
-            return .settled
-        case .eventsRefused(let reason, let status, let singled):
-            counters.failedRequests += 1
-            if singled && batch.count == 1 {
-                state.outcomes[batch.first] = .rejected(reason, status: status)
-                state.notes.append((batch, exchanged, .deadLettered, reason))
-                return .settled
-            }
-            state.notes.append((batch, exchanged, .bisected, reason))
-            return .refused(positions: batch.positions, reason: reason, status: status)
-        case .transient(let reason, _, _):
-            state.notes.append((batch, exchanged, .retried, reason))
-            return .stop(reading)
-        case .requestRefused(let reason, _, _):
-            state.notes.append((batch, exchanged, .heldBack, reason))
-            return .stop(reading)
         }
     }
 
@@ -200,6 +42,7 @@ extension Uploader {
         for position in positions {
             switch outcomes[position] {
             case .accepted?: accepted += 1
+            case .dropped?: break
             case .rejected(let reason, let status)?: rejected[position] = (reason, status)
             case .retry(let reason)?: retry = reason
             case nil: retry = "not sent on its own yet"
@@ -255,10 +98,13 @@ extension Uploader {
     /// An event over the format's per-event limit is never sent: no
     /// collector of that kind would take it.
     func deadLetterOversized(at position: Int64, bytes: Int) throws {
+        try settle([position], [position: oversized(bytes)])
+    }
+
+    /// The outcome of an event over the format's per-event limit.
+    func oversized(_ bytes: Int) -> EventOutcome {
         let limit = client.format.maximumEventBytes.map { " of \($0) bytes" } ?? ""
-        try settle(
-            [position],
-            [position: .rejected("not sent: \(bytes) bytes, over the collector's per-event limit\(limit)", status: nil)])
+        return .rejected("not sent: \(bytes) bytes, over the collector's per-event limit\(limit)", status: nil)
     }
 
     // MARK: - Holding back and the record of requests
@@ -276,7 +122,6 @@ extension Uploader {
     func note(
         _ batch: UploadBatch, _ exchanged: Exchange, _ outcome: UploadBatchResult.Outcome, detail: String? = nil
     ) {
-        lastRequestAccepted = outcome == .accepted
         var status: Int?
         var detail = detail
         switch exchanged.answer {
@@ -291,7 +136,8 @@ extension Uploader {
         unsavedRecords.append(
             UploadBatchRecord(
                 sentAt: exchanged.sentAt.timeIntervalSince1970, firstSeq: batch.first, lastSeq: batch.last,
-                firstEventID: batch.firstID, lastEventID: batch.lastID, eventCount: batch.count, status: status,
+                firstEventID: batch.firstID, lastEventID: batch.lastID, eventCount: batch.count,
+                eventIDs: batch.idsJSON, status: status,
                 outcome: Self.column(outcome), detail: detail, compressed: exchanged.compressed,
                 bodyBytes: batch.body.count, durationMilliseconds: exchanged.duration * 1_000))
     }

@@ -18,7 +18,7 @@ import SpoolStorage
 /// accepted is never sent again by another process; a lease outlives the
 /// longest request, and a killed holder's lease expires.
 actor Uploader {
-    static let consumerID = "uploader"
+    static let consumerID = Connection.uploaderConsumer
 
     struct Settings: Sendable {
         var url: URL
@@ -71,9 +71,9 @@ actor Uploader {
     private var stopped: [CheckedContinuation<Void, Never>] = []
     var failures = 0
     var retryAt: Date?
-    private var retryTask: Task<Void, Never>?
+    var retryTask: Task<Void, Never>?
     private var timerTask: Task<Void, Never>?
-    private var random = FastRandom()
+    var random = FastRandom()
     private var closed = false
     /// Holds from ``pause()``: while above zero no pass starts.
     private var pauses = 0
@@ -84,9 +84,6 @@ actor Uploader {
     /// Why uploading is held back (the collector refused requests
     /// themselves); nil once one is accepted.
     var heldBack: String?
-    /// Whether the last request was accepted: a lone event refused right
-    /// after is singled out by its neighbours.
-    var lastRequestAccepted = false
     /// Gzip bodies; off for good once the collector is found not to read them.
     var compresses: Bool
     /// `.automatic` compression through Spool's transport: a gzip body
@@ -95,6 +92,9 @@ actor Uploader {
     /// The collector accepted a gzip body in this launch: a 400 to a later
     /// one is about its events, not the coding.
     var gzipTaken = false
+    /// The largest body (before compression) the collector accepted in this
+    /// launch: a 413 to a larger one-event body singles that event out.
+    var largestAcceptedBody = 0
     let deadLetterLimits: DeadLetterLimits
     /// Where each request's result goes (nil: nobody listens).
     let results: UploadResultCenter?
@@ -104,7 +104,7 @@ actor Uploader {
     private let networkPath: (any NetworkPathSource)?
     /// False while the system says there is no network path: automatic
     /// uploads wait for one (an explicit `flush()` still tries).
-    private var networkAvailable = true
+    var networkAvailable = true
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -258,7 +258,7 @@ actor Uploader {
         }
     }
 
-    private func trigger(force: Bool) {
+    func trigger(force: Bool) {
         signals.withLock { $0.flushRequested = false }
         guard !closed else { return }
         guard pauses == 0 else {
@@ -330,7 +330,14 @@ actor Uploader {
     /// while paused.
     func discard(through position: Int64) throws {
         let consumer = Self.consumerID
-        _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: position) }
+        // Dead letters recorded before are discarded too: put back later,
+        // they would be uploaded.
+        _ = try log.database.onQueue { connection in
+            try connection.transaction {
+                try connection.deleteDeadLetters(through: position)
+                return try connection.advanceConsumerInTransaction(consumer, to: position)
+            }
+        }
         signals.withLock { $0.position = max($0.position, position) }
     }
 
@@ -360,13 +367,13 @@ actor Uploader {
     private func drain(force: Bool) async throws {
         // Each database call saves the previous batch's success, renews the
         // lease and reads the next batch, in one transaction.
-        var uploadedThrough: Int64?
+        var uploaded: (first: Int64, last: Int64)?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
-            let step = try saveAndRead(through: uploadedThrough)
-            uploadedThrough = nil
+            let step = try saveAndRead(uploaded)
+            uploaded = nil
             switch step {
             case .empty:
                 // Drained: the file gives back what the queue no longer needs.
@@ -377,10 +384,10 @@ actor Uploader {
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
-                if try await send(batch) { uploadedThrough = batch.last }
+                if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let through = uploadedThrough { _ = try saveAndRead(through: through, read: false) }
+        if let uploaded { _ = try saveAndRead(uploaded, read: false) }
     }
 
     /// Another process holds the lease: retry when it is free.
@@ -393,36 +400,45 @@ actor Uploader {
     /// (deleting the prefix every consumer finished), takes or renews the
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up.
-    private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
+    private func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let records = takeRecords()
-        let (step, position, head) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64) in
+        let (step, position, head, passed) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64, Int64) in
                 try connection.recordUploadBatches(records)
-                if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
+                var passed: Int64 = 0
+                if let uploaded {
+                    // Events the queue bound dropped while their request was
+                    // in flight are counted as dropped, not uploaded as well.
+                    let before = try connection.position(of: consumer) ?? 0
+                    passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
+                    try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
+                }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
                 guard read else {
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
                 let now = Date().timeIntervalSince1970
                 if let lease = try connection.acquireLease(
                     consumer, owner: owner, now: now, duration: settings.leaseDuration)
                 {
-                    return (.heldElsewhere(lease), position, head)
+                    return (.heldElsewhere(lease), position, head, passed)
                 }
                 switch try UploadBatch.read(
                     after: position, limit: settings.batchSize, anyFormat: format, from: connection)
                 {
-                case .batch(let batch)?: return (.batch(batch), position, head)
-                case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
+                case .batch(let batch)?: return (.batch(batch), position, head, passed)
+                case .oversized(let at, let bytes)?:
+                    return (.oversized(position: at, bytes: bytes), position, head, passed)
                 case nil:
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
             }
         }
+        counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
             signals.head = max(signals.head, head)
@@ -430,81 +446,4 @@ actor Uploader {
         return step
     }
 
-    /// A failed attempt: the events stay queued, the next attempt waits for
-    /// the backoff, and `kind` reports it.
-    func backOff(
-        _ reason: String, retryAfter: TimeInterval?, events: Int, kind: SpoolDiagnostic.Kind = .uploadFailed
-    ) throws -> Never {
-        counters.failedRequests += 1
-        failures += 1
-        lastFailure = reason
-        let delay = settings.retry.delay(attempt: failures, retryAfter: retryAfter, random: &random)
-        scheduleRetry(after: delay)
-        let what = kind == .uploadHeldBack ? "the collector refused the request itself" : "an upload failed"
-        diagnostics.report(
-            kind, eventCount: events,
-            "\(what) (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
-        try saveNotes()
-        throw UploadError.retryable(reason)
-    }
-
-    /// A success: the backoff starts over.
-    func recovered() {
-        failures = 0
-        retryAt = nil
-        lastFailure = nil
-        heldBack = nil
-    }
-
-    /// Another process holds the lease: try again once it expires.
-    private func retryWhenFree(_ lease: ConsumerLease) {
-        let delay = max(1, min(settings.leaseDuration, lease.expires - Date().timeIntervalSince1970))
-        scheduleRetry(after: delay, keepBackoff: true)
-    }
-
-    private func scheduleRetry(after delay: TimeInterval, keepBackoff: Bool = false) {
-        if !keepBackoff { retryAt = Date().addingTimeInterval(delay) }
-        retryTask?.cancel()
-        // A task, not structured work: the retry outlives the flush that
-        // failed, and is cancelled by the next one or by stop().
-        retryTask = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: Self.nanoseconds(delay))  // try?: cancelled means no retry
-            guard !Task.isCancelled else { return }
-            await self?.retryDue()
-        }
-    }
-
-    private func retryDue() {
-        retryAt = nil
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
-    }
-
-    /// `seconds` as whole nanoseconds for `Task.sleep`, saturating instead of
-    /// trapping on a huge or non-finite interval. The cap is `Int64.max`:
-    /// older concurrency runtimes end a longer sleep at once.
-    static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
-        let nanoseconds = seconds * 1e9
-        guard nanoseconds > 0 else { return 0 }  // also NaN
-        return nanoseconds < 9.2e18 ? UInt64(nanoseconds) : UInt64(Int64.max)
-    }
-
-    // MARK: - Statistics
-
-    func statistics() throws -> UploadStatistics {
-        let (dropped, deadLettered, evicted, position, head) = try log.database.onQueue { connection in
-            (
-                try connection.droppedCount(of: Self.consumerID),
-                try connection.deadLetterCount(),
-                try connection.counter("dead_letters_evicted_count") + connection.counter("dead_letters_evicted_age"),
-                try connection.position(of: Self.consumerID) ?? 0,
-                try connection.headPosition()
-            )
-        }
-        return UploadStatistics(
-            pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
-            deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
-            failedRequests: counters.failedRequests, lastFailure: lastFailure,
-            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses,
-            waitingForNetwork: !networkAvailable)
-    }
 }
