@@ -79,6 +79,17 @@ struct SalvageCopy {
 
         try batched { row in try moveEvents(base: head - Int64(recoveredEvents), row: row) }
         try fresh.transaction {
+            // What the byte bound counts (migration 0007): the bytes before
+            // each recovered event, and the bytes of them all.
+            try fresh.execute(
+                """
+                UPDATE events SET bytes_before = running.before \
+                FROM (SELECT seq, coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))) \
+                OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
+                FROM events) AS running WHERE running.seq = events.seq;
+                UPDATE log_head SET bytes_total = \
+                (SELECT coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))), 0) FROM events)
+                """)
             try fresh.withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { statement in
                 try statement.bind(head, at: 1)
                 try statement.step()

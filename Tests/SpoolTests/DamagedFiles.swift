@@ -78,6 +78,8 @@ enum DamagedFiles {
             return ([], "")
         }
         try await flushUntilDone(engine)
+        // The collector logs a request as it answers it: wait for the line.
+        #expect(await collector.waitFor { $0.flatMap(\.acceptedIDs).contains(id) })
         return (collector.acceptedIDs(), id)
     }
 }

@@ -62,19 +62,23 @@ struct FreeSpaceTests {
         #expect(settled.pages <= frozen.pages + 16, "\(frozen.pages) → \(settled.pages) pages")
         for _ in 0..<30 { try await record(100, "tight") }
         let after = try await stored()
-        #expect(after.events == frozen.events, "each new event made the oldest give way")
+        // Frozen by count and by bytes: events of a few bytes more can keep
+        // one or two fewer.
+        #expect(
+            (frozen.events - 2...frozen.events).contains(after.events), "each new event made the oldest give way")
         // The history may still fill up to 1,024 rows (the writer's pruning
         // step; a few pages) before its frozen bound holds.
         #expect(after.pages <= settled.pages + 4, "the file stopped growing: \(settled.pages) → \(after.pages) pages")
-        #expect(try await engine.uploadStatistics().dropped == droppedBefore + 4_000)
+        #expect(try await engine.uploadStatistics().dropped == droppedBefore + 4_000 + frozen.events - after.events)
         #expect(counted(.lowDiskSpace) == 1 && counted(.diskSpaceRecovered) == 0)
 
         // Space comes back: the configured bound again.
         try FileManager.default.removeItem(at: filler)
         try await record(1, "roomy_again")
         #expect(try await waitUntil { counted(.diskSpaceRecovered) == 1 })
+        let recovered = try await stored().events
         try await record(200, "roomy_again")
-        #expect(try await stored().events == frozen.events + 200, "nothing gives way any more")
+        #expect(try await stored().events == recovered + 200, "nothing gives way any more")
         await engine.close()
     }
 }

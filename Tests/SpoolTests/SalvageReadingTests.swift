@@ -52,6 +52,11 @@ struct SalvageReadingTests {
             uploader == "\(cells) \(cells)", "the uploader stands before the recovered events; the lost ones dropped")
         #expect(collectors == "https://c.example/v1 1.5", "the other tables come along")
         #expect(try DamagedFiles.cli(path, "PRAGMA integrity_check") == "ok")
+        let bytesHeld = """
+            SELECT (SELECT bytes_total FROM log_head) - (SELECT bytes_before FROM events ORDER BY seq LIMIT 1) \
+            = (SELECT sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))) FROM events)
+            """
+        #expect(try DamagedFiles.cli(path, bytesHeld) == "1", "the byte bound counts what was recovered")
         #expect(try DamagedFiles.cli(outcome.copyPath, "PRAGMA page_count") != "", "the damaged copy is beside it")
     }
 }

@@ -95,7 +95,7 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case committedEventsMissing
         /// The database's volume has less free space than
         /// ``EngineConfiguration/minimumFreeDiskSpace``: the file stops
-        /// growing. The log keeps the events it holds, and each new one makes
+        /// growing. The log keeps the events and bytes it holds, and each new one makes
         /// the oldest give way (counted as dropped by the consumers that had
         /// not finished it); recording goes on.
         case lowDiskSpace

@@ -142,13 +142,14 @@ public struct EngineConfiguration: Sendable {
     /// After a commit, at most every 10 seconds, Spool reads the free space
     /// of the database's volume (`volumeAvailableCapacityForImportantUsage`
     /// on Apple platforms, `statvfs` elsewhere). Below this minimum, the log
-    /// keeps the events it holds at that moment as its bound, and the
-    /// history its rows: each new event makes the oldest give way, as the
-    /// queue bound does (consumers count them as dropped: ``UploadStatistics/dropped``,
-    /// `onMissed`), and a ``SpoolDiagnostic/Kind/lowDiskSpace`` diagnostic
-    /// says why. Recording goes on. At or above the minimum again, the
+    /// keeps the events and bytes it holds at that moment as its bounds, and
+    /// the history its rows: each new event makes the oldest give way, as
+    /// the queue bounds do (consumers count them as dropped:
+    /// ``UploadStatistics/dropped``, `onMissed`), the WAL is truncated and
+    /// then checkpointed after every commit, and a
+    /// ``SpoolDiagnostic/Kind/lowDiskSpace`` diagnostic says why. Recording
+    /// goes on. With one and a half times the minimum free again, the
     /// configured bounds return (``SpoolDiagnostic/Kind/diskSpaceRecovered``).
-    /// The WAL keeps its own bound (it is overwritten in place).
     public var minimumFreeDiskSpace: Int64? = 50_000_000
     /// How often, at most, the free space is read (seconds).
     var freeSpaceCheckInterval: TimeInterval = 10

@@ -7,8 +7,8 @@ import SpoolStorage
 /// After a commit — at most once every `interval` seconds, and off Spool's
 /// queues, since the platform's answer can take a few milliseconds — the
 /// volume's free space is read (``FreeSpace``). Below the minimum, the log's
-/// bound becomes the events it holds at that moment, and the history's the
-/// rows it holds: each new event makes the oldest give way, as the queue
+/// bounds become the events and bytes it holds at that moment, and the
+/// history's the rows it holds: each new event makes the oldest give way, as the queue
 /// bound does (every consumer that had not finished one counts it as
 /// dropped), so the file stops growing; its WAL is truncated, then
 /// checkpointed after every commit, so it starts over instead of growing (a
@@ -85,7 +85,7 @@ final class FreeSpaceGuard: Sendable {
             case (true, .success(let events)):
                 diagnostics.report(
                     .lowDiskSpace,
-                    "\(free) bytes free on the database's volume, below the minimum of \(minimum): the file stops growing — the log keeps its \(events) events, and each new one makes the oldest give way (counted as dropped)"
+                    "\(free) bytes free on the database's volume, below the minimum of \(minimum): the file stops growing — the log keeps what it holds (\(events) events), and each new one makes the oldest give way (counted as dropped)"
                 )
             case (true, .failure(let error)):
                 diagnostics.report(
@@ -109,7 +109,9 @@ extension EventEngine {
         guard case .file(let url) = configuration.database, let minimum = configuration.minimumFreeDiskSpace else {
             return nil
         }
-        let retained = configuration.effectiveRetention
+        let bounds = QueueBounds(
+            count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+            age: configuration.maximumEventAge)
         let history = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
         let whileLow: @Sendable () -> Void = { [weak log] in
@@ -123,26 +125,32 @@ extension EventEngine {
         ) { [weak log] low, done in
             guard let log else { return }
             guard low else {
-                log.setMaximumRetainedEvents(retained)
+                log.setQueueBounds(bounds)
                 log.setHistoryLimits(history)
-                return done(.success(retained ?? 0))
+                return done(.success(bounds.count ?? 0))
             }
             log.database.async { connection in
                 guard let connection else { return done(.failure(SpoolError.closed)) }
                 do {
                     // What the log and the history hold now (neither has
-                    // gaps: see LogShape and pruneHistory).
-                    let (events, rows) = try connection.withStatement(
+                    // gaps: see LogShape and pruneHistory), and the log's
+                    // bytes (migration 0007).
+                    let (events, bytes, rows) = try connection.withStatement(
                         """
                         SELECT (SELECT coalesce(max(seq) - min(seq) + 1, 0) FROM events), \
+                        (SELECT bytes_total FROM log_head WHERE id = 1) \
+                        - coalesce((SELECT bytes_before FROM events ORDER BY seq LIMIT 1), \
+                        (SELECT bytes_total FROM log_head WHERE id = 1)), \
                         (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history)
                         """
                     ) { statement in
                         _ = try statement.step()
-                        return (statement.int(at: 0), statement.int(at: 1))
+                        return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2))
                     }
-                    let kept = min(retained ?? .max, events)
-                    log.setMaximumRetainedEvents(kept)
+                    let kept = min(bounds.count ?? .max, events)
+                    log.setQueueBounds(
+                        QueueBounds(
+                            count: kept, bytes: min(bounds.bytes ?? .max, max(bytes, 1)), age: bounds.age))
                     log.setHistoryLimits(
                         EventLog.HistoryLimits(
                             maximumAge: history.maximumAge,
