@@ -59,4 +59,27 @@ struct SalvageReadingTests {
         #expect(try DamagedFiles.cli(path, bytesHeld) == "1", "the byte bound counts what was recovered")
         #expect(try DamagedFiles.cli(outcome.copyPath, "PRAGMA page_count") != "", "the damaged copy is beside it")
     }
+
+    @Test("P4: two processes opening a damaged file together: one salvages, the other waits and opens its result")
+    func twoProcessesSalvageOnce() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try TestCollector(directory)
+        let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 200)
+        let path = directory.defaultDataStoreURL.path
+        try DamagedFiles.cli(path, "PRAGMA user_version = 1")
+        let startAt = Date().timeIntervalSince1970 + 1.5
+        let children = try (0..<2).map { index in
+            try ProcessBoundaryTests.Child(
+                [path, "open\(index)", "--open", "\(startAt)"], in: directory, name: "open\(index)")
+        }
+        for child in children {
+            let lines = await child.finish(timeout: 60)
+            #expect(lines.contains("READY"), "\(lines)")
+        }
+        #expect(try DamagedFiles.copies(in: directory).count == 1, "one salvage")
+        let stored = try DamagedFiles.cli(path, "SELECT id FROM events ORDER BY seq").split(separator: "\n").map(
+            String.init)
+        #expect(Array(stored.prefix(ids.count)) == ids, "every event once, in order, before the children's own")
+        #expect(stored.count == ids.count + 2, "and each child's session_start")
+    }
 }
