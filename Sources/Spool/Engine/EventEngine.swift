@@ -77,6 +77,8 @@ public final class EventEngine: Sendable {
         var inBackground = false
         /// Lifecycle notification observers, removed at close.
         var lifecycleTokens: [any NSObjectProtocol] = []
+        /// What start() did with a database file it could not use.
+        var salvage: SalvageReport?
     }
 
     enum Uploads {
@@ -181,12 +183,22 @@ public final class EventEngine: Sendable {
     /// this call have caught up with what they missed (unless another process
     /// holds them).
     ///
+    /// A file it cannot use as it is (not a database, malformed, cut short,
+    /// missing events it committed, a schema no migration explains) is
+    /// salvaged: set aside, with every row that can still be read copied into
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
+    /// file had committed and lost (a WAL deleted after a crash) are reported
+    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
+    ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
     ///   opened (``SpoolError/cannotOpen(path:reason:)``,
-    ///   ``SpoolError/notADatabase(path:)``,
-    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``…); the engine
-    ///   can then be started again, and the events recorded meanwhile are
-    ///   kept. ``SpoolError/unsupportedSQLite(version:reason:)`` when the
+    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``; with
+    ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
+    ///   salvage cannot finish, ``SpoolError/notADatabase(path:)``,
+    ///   ``SpoolError/damaged(path:reason:)``,
+    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
+    ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started
+    ///   again, and the events recorded meanwhile are kept. ``SpoolError/unsupportedSQLite(version:reason:)`` when the
     ///   SQLite library the app links is too old or lacks the JSON functions
     ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
     ///   ``SpoolError/closed`` after ``close()``.
@@ -202,9 +214,13 @@ public final class EventEngine: Sendable {
         // The last event an earlier process left, read before this engine
         // appends any: what a withdrawal before start() discards.
         let headAtOpen: Int64
+        let markCommit: (@Sendable (Int64) -> Void)?
         do {
             let configuration = self.configuration
-            let database = try await Self.openDatabase(configuration)
+            let opened = try await Self.openDatabase(configuration)
+            reportOpening(opened)
+            markCommit = opened.markCommit
+            let database = opened.database
             if case .file = configuration.database,
                 let failure = DatabaseFilePolicy.apply(
                     to: database.path, protection: configuration.fileProtection,
@@ -243,10 +259,13 @@ public final class EventEngine: Sendable {
                 guard let surveys, surveys.isActive else { return nil }
                 return surveys.triggered(by: events(), in: connection)
             }
+            let freeSpace = makeFreeSpaceGuard(log)
             log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
+                markCommit?(head)
+                freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
             delivery.attach(log, follower: surveys)
@@ -290,19 +309,6 @@ public final class EventEngine: Sendable {
             events.registrations.latch(.ready, .ready(at: Date().timeIntervalSince1970))
         }
         await delivery.drain()
-    }
-
-    /// Opens the database off the caller's executor (it does file I/O).
-    private static func openDatabase(_ configuration: EngineConfiguration) async throws -> DatabaseQueue {
-        // Unstructured on purpose: opening and migrating is blocking file I/O
-        // that must not run on the caller's executor (often the main actor).
-        try await Task.detached(priority: .userInitiated) {
-            try SpoolError.bridging {
-                try DatabaseQueue(
-                    path: configuration.database.path,
-                    options: ConnectionOptions(fullSynchronous: configuration.synchronous == .full))
-            }
-        }.value
     }
 
     /// Gives up every lease this engine holds, so another process sharing
