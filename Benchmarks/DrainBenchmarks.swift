@@ -30,16 +30,21 @@ struct DrainBenchmarks {
     }
 
     /// An engine on the file `database` that uploads through `dispatcher`
-    /// only (the collector URL is never reached) and waits an hour after a
-    /// refusal, so a refused upload parks the uploader until a flush.
+    /// only (the collector URL is never reached), waits an hour after a
+    /// refusal, so a refused upload parks the uploader until a flush, and
+    /// has no byte bound.
     static func stubbedConfiguration(
         database: URL, dispatcher: any EventDispatcher,
         maximumRetainedEvents: Int? = EngineConfiguration().maximumRetainedEvents
     ) -> EngineConfiguration {
-        EngineConfiguration(
+        var configuration = EngineConfiguration(
             database: .file(database), maximumRetainedEvents: maximumRetainedEvents,
             collectorURL: URL(string: "http://127.0.0.1:9/stub")!, dispatcher: dispatcher,
             retryPolicy: RetryPolicy(initialDelay: 3_600))
+        // The byte bound (50 MB by default) would drop the oldest of a 1M
+        // backlog; these benchmarks measure the backlog.
+        configuration.maximumQueueBytes = nil
+        return configuration
     }
 
     func run() async throws {

@@ -97,3 +97,14 @@ extension EventLog {
         try retryingBufferFull { try append(record) }
     }
 }
+
+extension EngineConfiguration {
+    /// An engine on the file `database` that keeps every event: no count
+    /// bound and no byte bound, so a benchmark that fills the log past 50 MB
+    /// measures that backlog, not the bound dropping the oldest.
+    static func unbounded(_ database: URL) -> EngineConfiguration {
+        var configuration = EngineConfiguration(database: .file(database), maximumRetainedEvents: nil)
+        configuration.maximumQueueBytes = nil
+        return configuration
+    }
+}

@@ -30,7 +30,7 @@ struct ListenerBenchmarks {
         let comparison = try await Comparison.measure(rounds: rounds, target: 1.0) {
             let scratch = Scratch("record")
             let engine = EventEngine(
-                configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
+                configuration: .unbounded(scratch.database))
             try await engine.start()
             let start = now()
             for _ in 0..<count { try engine.recordRetrying("purchase", parameters: Self.parameters) }
@@ -113,7 +113,7 @@ struct ListenerBenchmarks {
     func latency() async throws {
         let scratch = Scratch("latency")
         let engine = EventEngine(
-            configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil))
+            configuration: .unbounded(scratch.database))
         let listener = LatencyListener()
         engine.events.addObserver(listener)
         try await engine.start()

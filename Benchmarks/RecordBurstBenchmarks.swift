@@ -21,7 +21,7 @@ struct RecordBurstBenchmarks {
     func burst(_ count: Int) async throws {
         let scratch = Scratch("burst")
         let startRSS = megabytes(currentRSS())
-        var configuration = EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: nil)
+        var configuration = EngineConfiguration.unbounded(scratch.database)
         if let events = ProcessInfo.processInfo.environment["SPOOL_BUFFER_EVENTS"].flatMap(Int.init) {
             configuration.writeBuffer = WriteBufferLimit(maximumEvents: events, maximumBytes: 512 << 20)
         }
@@ -126,10 +126,9 @@ struct RecordBurstBenchmarks {
     /// them.
     func bufferedBytes() async throws {
         let scratch = Scratch("buffered")
-        let engine = EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(scratch.database), maximumRetainedEvents: nil,
-                writeBuffer: WriteBufferLimit(maximumEvents: 100_000, maximumBytes: 64 << 20)))
+        var configuration = EngineConfiguration.unbounded(scratch.database)
+        configuration.writeBuffer = WriteBufferLimit(maximumEvents: 100_000, maximumBytes: 64 << 20)
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         try await engine.settle()
         let blocker = RawSQLite(path: scratch.database.path)
