@@ -85,6 +85,7 @@ if let phase {
     case "footprint-start": try await FootprintBenchmarks.start(phaseDatabase!)
     case "footprint-erase": try await FootprintBenchmarks.erase(phaseDatabase!)
     case "footprint-drain": try await FootprintBenchmarks.drain(phaseDatabase!)
+    case "open-check": try await OpenCheckBenchmarks.measure(phaseDatabase!)
     case "caller":
         // record()'s caller side alone, for a profiler.
         print("caller side, no append:", formatNumber(try await callerSide(2_000_000).wall), "µs")
@@ -165,6 +166,7 @@ if runs("burst") {
 }
 if runs("footprint") {
     try FootprintBenchmarks(quick: quick, report: report).run()
+    try OpenCheckBenchmarks(quick: quick, report: report).run()
     report.calibrate("after footprint")
 }
 if runs("listen") {
