@@ -54,6 +54,10 @@ public final class EventEngine: Sendable {
         enum Phase { case idle, starting, started, closed }
 
         var phase = Phase.idle
+        /// While ``start()`` opens the database (phase `.starting`):
+        /// fulfilled once it has returned, so a `close()` meanwhile waits for
+        /// it to close what it opened.
+        var opening: Promise<Void>?
         var consent: Bool
         var enabled: Bool
         /// Names never delivered: the configured exclusions and the heartbeat.
@@ -189,46 +193,48 @@ public final class EventEngine: Sendable {
     ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
     ///   ``SpoolError/closed`` after ``close()``.
     public func start() async throws {
+        let finished = Promise<Void>()
         try state.withLock { state in
             switch state.phase {
-            case .idle: state.phase = .starting
+            case .idle:
+                state.phase = .starting
+                state.opening = finished
             case .closed: throw SpoolError.closed
             case .starting, .started: throw SpoolError.invalidConfiguration("start() was already called")
             }
         }
-        let log: EventLog
+        defer {
+            state.withLock { state in
+                state.opening = nil
+                if state.phase == .starting { state.phase = .idle }  // failed: it may be started again
+            }
+            finished.fulfill(())
+        }
+        let configuration = self.configuration
+        let database = try await Self.openDatabase(configuration)
+        if case .file = configuration.database,
+            let failure = DatabaseFilePolicy.apply(
+                to: database.path, protection: configuration.fileProtection,
+                excludeFromBackup: configuration.excludesFromBackup)
+        {
+            diagnosticsCenter.report(
+                .filePolicyNotApplied, error: failure,
+                "the database files' protection class or backup exclusion could not be set")
+        }
+        let log = EventLog(database: database, limits: configuration.writeBuffer.limits)
+        log.setMaximumRetainedEvents(configuration.effectiveRetention)
+        let limits = EventLog.HistoryLimits(
+            maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
+        log.setHistoryLimits(limits)
         // The last event an earlier process left, read before this engine
         // appends any: what a withdrawal before start() discards.
         let headAtOpen: Int64
         do {
-            let configuration = self.configuration
-            let database = try await Self.openDatabase(configuration)
-            if case .file = configuration.database,
-                let failure = DatabaseFilePolicy.apply(
-                    to: database.path, protection: configuration.fileProtection,
-                    excludeFromBackup: configuration.excludesFromBackup)
-            {
-                diagnosticsCenter.report(
-                    .filePolicyNotApplied, error: failure,
-                    "the database files' protection class or backup exclusion could not be set")
-            }
-            log = EventLog(database: database, limits: configuration.writeBuffer.limits)
-            log.setMaximumRetainedEvents(configuration.effectiveRetention)
-            let limits = EventLog.HistoryLimits(
-                maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
-            log.setHistoryLimits(limits)
             let cutoff = limits.maximumAge.map { Date().timeIntervalSince1970 - $0 }
-            headAtOpen = try await SpoolError.bridgingAsync {
-                try await database.run { connection in
-                    _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
-                    return try connection.headPosition()
-                }
+            headAtOpen = try await database.run { connection in
+                _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
+                return try connection.headPosition()
             }
-        } catch {
-            state.withLock { $0.phase = .idle }
-            throw error
-        }
-        do {
             let uploader = try await startUploader(log)
             // Weak: the log must not keep the delivery queue or the uploader
             // (which hold the log) alive.
@@ -251,13 +257,13 @@ public final class EventEngine: Sendable {
             await stopUploader()
             uploaderBox.withLock { $0 = nil }
             await closeDatabase(log)
-            state.withLock { $0.phase = .idle }
             throw SpoolError.bridge(error)
         }
         let closedMeanwhile = state.withLock { state -> Bool in
             guard state.phase != .closed else { return true }
             state.log = log
             state.phase = .started
+            state.opening = nil
             if case .withdrawnBeforeStart = state.uploads {
                 // Consent was withdrawn before start: what the queue held
                 // when the file was opened is never uploaded.
@@ -334,19 +340,26 @@ public final class EventEngine: Sendable {
     /// sharing the file takes over the uploader and durable listeners at
     /// once. A closed engine cannot be started again: create a new one.
     ///
+    /// Called while ``start()`` is still opening the database, it returns
+    /// once `start()` has closed what it opened (`start()` then throws
+    /// ``SpoolError/closed``).
+    ///
     /// Events that cannot be committed (the disk is full) are reported as an
     /// ``SpoolDiagnostic/Kind/uncommittedAtClose`` diagnostic, and returned.
     ///
     /// - Returns: how many accepted events could not be committed (0 normally).
     @discardableResult
     public func close() async -> Int {
-        let (log, waiting, alreadyClosed) = state.withLock { state -> (EventLog?, [Waiting], Bool) in
-            guard state.phase != .closed else { return (nil, [], true) }
+        let (log, waiting, opening, alreadyClosed) = state.withLock {
+            state -> (EventLog?, [Waiting], Promise<Void>?, Bool) in
+            guard state.phase != .closed else { return (nil, [], nil, true) }
             state.phase = .closed
             defer { state.waiting.removeAll() }
-            return (state.log, state.waiting, false)
+            return (state.log, state.waiting, state.opening, false)
         }
         guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
+        // A start() still opening sees the phase and closes what it opened.
+        await opening?.value
         stopObservingLifecycle()
         log?.database.resume()  // what close() commits and saves needs the file
         guard let log else {
