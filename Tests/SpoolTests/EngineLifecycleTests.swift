@@ -17,6 +17,27 @@ struct EngineLifecycleTests {
         await #expect(throws: SpoolError.closed) { try await engine.start() }
     }
 
+    @Test("uploadStatistics() before start() says the engine is not started, with a collectorURL or without")
+    func uploadStatisticsBeforeStartSaysNotStarted() async throws {
+        var configuration = EngineConfiguration()
+        configuration.collectorURL = URL(string: "http://127.0.0.1:9/collect")
+        let uploading = EventEngine(configuration: configuration)
+        await #expect(throws: SpoolError.notStarted) { try await uploading.uploadStatistics() }
+        try await uploading.start()
+        #expect(try await uploading.uploadStatistics().pending >= 0)
+        await uploading.close()
+        await #expect(throws: SpoolError.closed) { try await uploading.uploadStatistics() }
+
+        let local = try await startedEngine()
+        await #expect {
+            try await local.uploadStatistics()
+        } throws: { error in
+            if case SpoolError.invalidConfiguration = error { return true }
+            return false
+        }
+        await local.close()
+    }
+
     @Test func aFailedStartCanBeRetried() async throws {
         let directory = TemporaryDirectory()
         let missing = directory.file("not-yet/spool.sqlite")
