@@ -310,13 +310,28 @@ public final class EventEngine: Sendable {
     /// the file takes over at once rather than when they expire.
     private func releaseLeases(_ log: EventLog) async {
         let owner = leaseOwner
-        heldDurables.withLock { $0.held.removeAll() }
+        let attached = heldDurables.withLock { leases -> Bool in
+            defer { leases.held.removeAll() }
+            return !leases.held.isEmpty
+        }
         do {
             try await log.database.run { try $0.releaseLeases(owner: owner) }
         } catch {
-            // Nothing is lost: a lease left behind expires by itself.
-            diagnosticsCenter.report(
-                .durableListenerStalled, error: SpoolError.bridge(error), "leases could not be released at close")
+            // Nothing is lost: a lease left behind expires by itself. Each is
+            // reported under the kind of what it holds up.
+            // try?: when even the read fails, what this engine may hold stands for it.
+            let held = try? await log.database.run { try $0.consumers(leasedBy: owner) }
+            let durablePrefix = EventObservers.Durable.consumerID(for: "")
+            if held.map({ $0.contains(Uploader.consumerID) }) ?? (uploaderBox.withLock { $0 } != nil) {
+                diagnosticsCenter.report(
+                    .uploadFailed, error: SpoolError.bridge(error),
+                    "the upload lease could not be released at close; another process uploads once it expires")
+            }
+            if held.map({ $0.contains { $0.hasPrefix(durablePrefix) } }) ?? attached {
+                diagnosticsCenter.report(
+                    .durableListenerStalled, error: SpoolError.bridge(error),
+                    "durable listener leases could not be released at close; they expire by themselves")
+            }
         }
     }
 
