@@ -188,18 +188,16 @@ extension EventLog {
         var built: [StoredEvent]?
         var reading: (any Sendable)?
         var historyRows = 0
-        #if !DEBUG
-            // The schema's CHECKs (json_valid, priority in 0/1) guard every other
-            // writer of the file. Spool's own rows are valid by construction (the
-            // encoder's fuzz test asserts json_valid on what it writes), and
-            // json_valid alone costs about a quarter of the insert, so release
-            // builds skip evaluating them for this one statement's transaction.
-            // Debug builds (the test suite) keep them on as a tripwire.
-            try connection.execute("PRAGMA ignore_check_constraints = ON")
-            // try?: turning the CHECKs back on cannot lose data; if it failed,
-            // the next commit's `ON` leaves the same state anyway.
-            defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
-        #endif
+        // The schema's CHECKs (json_valid, priority in 0/1) guard every other
+        // writer of the file. Spool's own rows are valid by construction (the
+        // encoder's fuzz test asserts json_valid on what it writes), and
+        // json_valid alone costs about a quarter of the insert, so the writer
+        // skips evaluating them for its own transaction, in every build.
+        try connection.execute("PRAGMA ignore_check_constraints = ON")
+        // try?: if turning them back on fails, only Spool's own statements on
+        // this connection run unchecked until the next commit's `OFF`; no
+        // data is lost.
+        defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
         try connection.transaction {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.

@@ -315,6 +315,39 @@ struct EventLogTests {
         await #expect(throws: SQLiteError.self) { try await log.waitUntilDurable(receipts[7]) }
     }
 
+    @Test("the writer's own inserts skip the schema's CHECKs, and the connection enforces them again after")
+    func theWriterSkipsTheChecksOnlyForItsOwnInserts() async throws {
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
+        defer { log.database.close() }
+        // Read inside the group's transaction, after its inserts.
+        let inside = Protected<[Int]>([])
+        log.setGroupReader { _, connection in
+            let ignored = (try? connection.scalarInt("PRAGMA ignore_check_constraints")) ?? -1  // try?: -1 fails below
+            inside.withLock { $0.append(ignored) }
+            return nil
+        }
+        try await log.appendDurably(3)
+        let readings = inside.withLock { $0 }
+        #expect(!readings.isEmpty && readings.allSatisfy { $0 == 1 }, "each group's inserts ran with the CHECKs off")
+        let (ignored, invalid) = try log.database.sync { connection in
+            (
+                try connection.scalarInt("PRAGMA ignore_check_constraints"),
+                try connection.scalarInt("SELECT count(*) FROM events WHERE NOT json_valid(parameters)")
+            )
+        }
+        #expect(ignored == 0, "after the commit the connection enforces the CHECKs again")
+        #expect(invalid == 0)
+        // Any other write on the file still meets them.
+        #expect {
+            try log.database.sync { connection in
+                try connection.execute(
+                    "INSERT INTO events (seq, id, name, parameters, recorded_at) VALUES (99, 'x', 'x', 'not json', 1)")
+            }
+        } throws: { error in
+            (error as? SQLiteError)?.resultCode == .constraint
+        }
+    }
+
     @Test func appendsAfterCloseAreRefused() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         try await log.appendDurably(1)
