@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// L1–L12: the listener rules from event-listener.txt.
+/// L1–L12 (docs/BEHAVIOUR.md): the listener rules.
 struct ListenerRuleTests {
     @Test("L1: a listener added before start stays registered and receives once a session starts")
     func listenerAddedBeforeStart() async throws {

@@ -47,9 +47,9 @@ extension EventEngine {
                 // memory instead, and never reaches the file.
                 log.discardBuffered(because: StorageError.erased)
             }
-            // The WAL is truncated twice: Spool's own background checkpoint
-            // must not hold it (during a burst it often did, and erasure
-            // failed with SQLITE_BUSY).
+            // The WAL is truncated twice, with Spool's own background
+            // checkpoints paused: a passive pass holding the WAL during a
+            // burst makes the TRUNCATE fail with SQLITE_BUSY.
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
                     try await log.database.run { connection -> Int64 in
@@ -97,8 +97,9 @@ extension EventEngine {
         let previous = state.uploads.discard
         state.discards += 1
         let generation = state.discards
-        // A task: the seed's setConsent is synchronous and the discard needs
-        // the database; it is kept so withdrawConsent and flush can await it.
+        // A task: setConsent is synchronous (a public contract) and the
+        // discard needs the database; it is kept so withdrawConsent and
+        // flush can await it.
         state.uploads = .discarding(
             Task {
                 await previous?.value
