@@ -117,6 +117,28 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
     }
 
+    /// What a ``timer(after:_:)`` block finds when it fires.
+    package enum TimerFiring {
+        /// The connection, to use now.
+        case awake(Connection)
+        /// Suspended: touch nothing; the work waits for the next firing.
+        case suspended
+        case closed
+    }
+
+    /// Runs `body` on the queue after `delay` seconds, like
+    /// ``asyncAfter(_:_:)``, except that while suspended it is not kept for
+    /// a background window: it runs at once, told `.suspended`. For timers
+    /// whose work can wait for their next firing (a lease renewal, a retry),
+    /// which must not wake a suspended app. The wait does not keep this
+    /// object alive.
+    package func timer(after delay: TimeInterval, _ body: @escaping @Sendable (TimerFiring) -> Void) {
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self, let connection = self.connection else { return body(.closed) }
+            body(self.suspended ? .suspended : .awake(connection))
+        }
+    }
+
     /// Runs `body` on the queue and awaits its result.
     package func run<T: Sendable>(_ body: @escaping @Sendable (Connection) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in

@@ -162,4 +162,35 @@ struct SuspensionTests {
         await log.close()
         database.close()
     }
+
+    @Test("a timer firing while suspended is told so and asks for no background window; awake it gets the connection")
+    func timersDoNotWakeASuspendedDatabase() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        defer { database.close() }
+        let windows = Protected(0)
+        database.onDeferredWork.withLock { $0 = { windows.withLock { $0 += 1 } } }
+        let firings = Protected<[String]>([])
+        func fire() {
+            database.timer(after: 0) { firing in
+                let name: String
+                switch firing {
+                case .awake: name = "awake"
+                case .suspended: name = "suspended"
+                case .closed: name = "closed"
+                }
+                firings.withLock { $0.append(name) }
+            }
+        }
+        await database.suspend()
+        fire()
+        #expect(try await waitUntil { firings.withLock { $0 } == ["suspended"] })
+        #expect(windows.withLock { $0 } == 0, "no background window was asked for")
+        // Work that needs the file is kept, and asks for one.
+        database.async { _ in }
+        #expect(try await waitUntil { windows.withLock { $0 } == 1 })
+        database.resume()
+        fire()
+        #expect(try await waitUntil { firings.withLock { $0 } == ["suspended", "awake"] })
+    }
 }

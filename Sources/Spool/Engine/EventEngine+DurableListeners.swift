@@ -88,10 +88,7 @@ extension EventEngine {
                             "durable listener \(durable.id) is attached in another process (\(lease.owner)); "
                                 + "it is attached here once that process lets go or is gone")
                     }
-                    log.database.asyncAfter(wait) { [weak self, weak log] connection in
-                        guard let self, let log, let connection else { return }
-                        self.attach(durable, log: log, connection: connection, reportHeld: false)
-                    }
+                    retryAttach(durable, log: log, after: wait)
                     return nil
                 }
                 let missed = try connection.takeUnreportedDrops(of: consumer)
@@ -112,15 +109,36 @@ extension EventEngine {
         }
     }
 
+    /// Tries to attach `durable` again after `delay`; while the database is
+    /// suspended, a few seconds later again, without waking it.
+    private func retryAttach(_ durable: EventObservers.Durable, log: EventLog, after delay: TimeInterval) {
+        log.database.timer(after: delay) { [weak self, weak log] firing in
+            guard let self, let log else { return }
+            switch firing {
+            case .awake(let connection): self.attach(durable, log: log, connection: connection, reportHeld: false)
+            case .suspended: self.retryAttach(durable, log: log, after: delay)
+            case .closed: return
+            }
+        }
+    }
+
     /// Renews this engine's durable-listener leases every
     /// ``durableLeaseRenewal`` while it holds any (no timer runs without
     /// durable listeners); a lease found taken over (this process was
     /// suspended past its expiry) detaches the listener here and tries to
-    /// attach it again later.
+    /// attach it again later. While the database is suspended a renewal is
+    /// skipped rather than waking it: the leases may lapse, and the next
+    /// renewal after resuming finds out.
     private func renewDurableLeases(_ log: EventLog, after delay: TimeInterval) {
         // Weak: a pending renewal must not keep a dropped engine's log alive.
-        log.database.asyncAfter(delay) { [weak self, weak log] connection in
-            guard let self, let log, let connection else { return }
+        log.database.timer(after: delay) { [weak self, weak log] firing in
+            guard let self, let log else { return }
+            let connection: Connection
+            switch firing {
+            case .awake(let awake): connection = awake
+            case .suspended: return self.renewDurableLeases(log, after: Self.durableLeaseRenewal)
+            case .closed: return
+            }
             let held = self.heldDurables.withLock { leases -> Set<String> in
                 if leases.held.isEmpty { leases.renewing = false }  // the next attach starts renewing again
                 return leases.held

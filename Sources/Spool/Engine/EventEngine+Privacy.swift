@@ -97,9 +97,7 @@ extension EventEngine {
         let previous = state.uploads.discard
         state.discards += 1
         let generation = state.discards
-        // A task: setConsent is synchronous (a public contract) and the
-        // discard needs the database; it is kept so withdrawConsent and
-        // flush can await it.
+        // Unstructured: setConsent is synchronous; kept so withdrawConsent and flush await it.
         state.uploads = .discarding(
             Task {
                 await previous?.value

@@ -295,8 +295,7 @@ public final class EventEngine: Sendable {
 
     /// Opens the database off the caller's executor (it does file I/O).
     private static func openDatabase(_ configuration: EngineConfiguration) async throws -> DatabaseQueue {
-        // Unstructured on purpose: opening and migrating is blocking file I/O
-        // that must not run on the caller's executor (often the main actor).
+        // Unstructured: opening and migrating blocks on file I/O, never on the caller's executor.
         try await Task.detached(priority: .userInitiated) {
             try SpoolError.bridging {
                 try DatabaseQueue(
