@@ -71,7 +71,7 @@ struct DurableListenerTests {
         engine.events.removeDurableObserver(id: "absent")
         for index in 0..<20 { try engine.record("e\(index)") }
         try await engine.settle()
-        try await Task.sleep(nanoseconds: 50_000_000)  // positions are written off the delivery queue
+        _ = try await engine.query { _ in 0 }  // the position saves queued by delivery have landed
         let rows = try await engine.query {
             try $0.scalarString("SELECT group_concat(id || '=' || position) FROM consumers")
         }
@@ -79,8 +79,7 @@ struct DurableListenerTests {
         // Forgetting it releases them.
         engine.events.removeDurableObserver(id: "absent", forget: true)
         try await engine.settle()
-        try await Task.sleep(nanoseconds: 50_000_000)
-        #expect(try await engine.query { try $0.countEvents(after: 0) } == 0)
+        #expect(try await waitUntil { try engine.databaseQueue!.sync { try $0.countEvents(after: 0) } == 0 })
         await engine.close()
     }
 

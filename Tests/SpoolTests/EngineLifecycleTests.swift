@@ -103,7 +103,7 @@ struct EngineLifecycleTests {
         let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
         // Before start: returns once the session starts and the commit lands.
         async let early = engine.recordDurably("early")
-        try await Task.sleep(nanoseconds: 20_000_000)
+        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
         try await engine.start()
         guard case .recorded(let earlyID) = try await early else {
             Issue.record("not recorded")

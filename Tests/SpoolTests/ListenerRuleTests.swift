@@ -27,7 +27,7 @@ struct ListenerRuleTests {
         for index in 0..<5 {
             #expect(try engine.record("early_\(index)") == .queuedUntilSessionStart)
         }
-        try await Task.sleep(nanoseconds: 20_000_000)
+        await engine.delivery.drain()
         #expect(listener.names.isEmpty, "nothing is delivered before the session starts")
         try await engine.start()
         try await engine.settle()
@@ -214,7 +214,7 @@ struct ListenerRuleTests {
         }
         try engine.record("e0")
         for thread in recordingThreads { thread.start() }
-        try await Task.sleep(nanoseconds: 200_000_000)
+        try await waitUntil { recordingThreads.allSatisfy(\.isFinished) }
         try await engine.settle()
         let order = trace.withLock { $0 }
         // Each event goes to slow, then fast, before the next event starts.

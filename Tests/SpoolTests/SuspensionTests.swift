@@ -145,12 +145,14 @@ struct SuspensionTests {
             }
         }
         appender.start()
-        try await Task.sleep(nanoseconds: 50_000_000)  // commits are running
+        try await waitUntil(interval: 0.001) { log.writerCPUPerEvent != nil }  // commits are running
         await database.suspend()
         var free = 0
         for _ in 0..<50 {
             if try Self.fileIsFree(directory.databaseURL.path) { free += 1 }
-            try await Task.sleep(nanoseconds: 5_000_000)
+            // More work arrives between checks.
+            let seen = log.acceptedCount
+            try await waitUntil(interval: 0.001) { log.acceptedCount > seen }
         }
         #expect(free == 50, "the file was free \(free) times in 50 checks while suspended")
         database.resume()
