@@ -61,7 +61,7 @@ extension EventEngine {
                     }
                 }
             }
-            delivery.erased(through: head)
+            events.durables.erased(through: head)
         }
     }
 

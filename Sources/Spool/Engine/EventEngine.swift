@@ -46,9 +46,6 @@ public final class EventEngine: Sendable {
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
-    /// Durable listener ids this engine holds the lease of, and whether their
-    /// renewal timer runs.
-    let heldDurables = Protected<(held: Set<String>, renewing: Bool)>(([], false))
 
     struct State {
         enum Phase { case idle, starting, started, closed }
@@ -125,8 +122,6 @@ public final class EventEngine: Sendable {
     /// events recorded before `start()` wait in memory for the first session.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
-        let events = EventObservers()
-        self.events = events
         let state = Protected(
             State(
                 consent: configuration.consent, enabled: configuration.enabled,
@@ -135,6 +130,12 @@ public final class EventEngine: Sendable {
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
+        let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy = {
+            state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
+        }
+        let durables = DurableListeners(queue: deliveryQueue, diagnostics: diagnostics, policy: policy)
+        let events = EventObservers(durables: durables)
+        self.events = events
         // The survey center records through this engine without holding it.
         let engine = Protected<WeakBox<EventEngine>?>(nil)
         surveys = SurveyCenter(
@@ -145,9 +146,8 @@ public final class EventEngine: Sendable {
                 },
                 database: { state.withLock { $0.log?.database } },
                 diagnostics: diagnostics))
-        delivery = DeliveryQueue(queue: deliveryQueue, observers: events, diagnostics: diagnostics) {
-            state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
-        }
+        delivery = DeliveryQueue(
+            queue: deliveryQueue, observers: events, durables: durables, policy: policy)
         engine.withLock { $0 = WeakBox(self) }
     }
 
@@ -250,8 +250,8 @@ public final class EventEngine: Sendable {
                 uploader?.committed(head: head)
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
-            delivery.attach(log, follower: surveys)
-            try await attachDurableListeners(log)
+            delivery.setFollower(surveys)
+            try await events.durables.open(log, owner: leaseOwner)
         } catch {
             // Leave nothing half-started: the engine can be started again.
             await stopUploader()
@@ -309,10 +309,7 @@ public final class EventEngine: Sendable {
     /// the file takes over at once rather than when they expire.
     private func releaseLeases(_ log: EventLog) async {
         let owner = leaseOwner
-        let attached = heldDurables.withLock { leases -> Bool in
-            defer { leases.held.removeAll() }
-            return !leases.held.isEmpty
-        }
+        let attached = events.durables.close()
         do {
             try await log.database.run { try $0.releaseLeases(owner: owner) }
         } catch {
@@ -320,7 +317,7 @@ public final class EventEngine: Sendable {
             // reported under the kind of what it holds up.
             // try?: when even the read fails, what this engine may hold stands for it.
             let held = try? await log.database.run { try $0.consumers(leasedBy: owner) }
-            let durablePrefix = EventObservers.Durable.consumerID(for: "")
+            let durablePrefix = DurableListeners.Durable.consumerPrefix
             if held.map({ $0.contains(Uploader.consumerID) }) ?? (uploaderBox.withLock { $0 } != nil) {
                 diagnosticsCenter.report(
                     .uploadFailed, error: SpoolError.bridge(error),
@@ -339,8 +336,7 @@ public final class EventEngine: Sendable {
         log.setCommitHandler(nil)
         log.setGroupReader(nil)
         log.setFailureHandler(nil)
-        delivery.attach(nil, follower: nil)
-        events.durableHooks.withLock { $0 = nil }
+        delivery.setFollower(nil)
     }
 
     /// Commits everything accepted, delivers what is committed, saves durable
