@@ -103,7 +103,7 @@ struct EngineLifecycleTests {
         let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
         // Before start: returns once the session starts and the commit lands.
         async let early = engine.recordDurably("early")
-        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         try await engine.start()
         guard case .recorded(let earlyID) = try await early else {
             Issue.record("not recorded")
@@ -127,7 +127,7 @@ struct EngineLifecycleTests {
     func withdrawingConsentResumesAWaitingRecordDurably() async throws {
         let engine = EventEngine(configuration: EngineConfiguration())
         let waiting = Task { try await engine.recordDurably("before_start") }
-        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         engine.setConsent(false)
         #expect(try await waiting.value == .droppedOptedOut)
         await engine.close()
@@ -137,7 +137,7 @@ struct EngineLifecycleTests {
     func closingBeforeStartResumesAWaitingRecordDurably() async throws {
         let engine = EventEngine(configuration: EngineConfiguration())
         let waiting = Task { try await engine.recordDurably("before_start") }
-        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         await engine.close()
         await #expect(throws: SpoolError.closed) { _ = try await waiting.value }
     }
@@ -148,7 +148,7 @@ struct EngineLifecycleTests {
         let engine = try await startedEngine(directory)
         engine.endSession()
         let waiting = Task { try await engine.recordDurably("between_sessions") }
-        try await waitUntil { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         await engine.close()
         guard case .recorded(let id) = try await waiting.value else {
             Issue.record("not recorded")

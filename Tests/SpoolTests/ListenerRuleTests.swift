@@ -49,7 +49,7 @@ struct ListenerRuleTests {
         let engine = EventEngine(configuration: EngineConfiguration(maximumRetainedEvents: 100))
         engine.events.addObserver(listener)
         let firstDurable = Task { try await engine.recordDurably("w0") }
-        try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
         #expect(try await firstDurable.value == .droppedWhileWaitingForSession)
         #expect(engine.eventsDroppedWhileWaitingForSession == 30)

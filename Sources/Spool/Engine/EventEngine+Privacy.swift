@@ -34,10 +34,7 @@ extension EventEngine {
     ///   again to finish).
     public func eraseAllData() async throws {
         guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
-        let waiting = state.withLock { state -> [Waiting] in
-            defer { state.waiting.removeAll() }
-            return state.waiting
-        }
+        let waiting = state.withLock { $0.gates.takeWaiting() }
         for entry in waiting { entry.settle?(.failed(SpoolError.erased)) }
         try await quiescingUploads {
             do {

@@ -55,17 +55,10 @@ public final class EventEngine: Sendable {
         /// fulfilled once it has returned, so a `close()` meanwhile waits for
         /// it to close what it opened.
         var opening: Promise<Void>?
-        var consent: Bool
-        var enabled: Bool
+        /// Consent, the switch, the session and the events waiting for one.
+        var gates: SessionGates
         /// Names never delivered: the configured exclusions and the heartbeat.
         var undelivered: Set<String>
-        var sessionID: String?
-        /// Non-priority events counted toward the current (or upcoming) session.
-        var sessionCount = 0
-        /// Events accepted while no session runs, in order, at most
-        /// `waitingLimit`.
-        var waiting: [Waiting] = []
-        var waitingDropped = 0
         var log: EventLog?
         /// Whether the uploader may run: consent withdrawn means the events
         /// before it are being discarded, and nothing uploads until that is
@@ -77,6 +70,9 @@ public final class EventEngine: Sendable {
         var inBackground = false
         /// Lifecycle notification observers, removed at close.
         var lifecycleTokens: [any NSObjectProtocol] = []
+
+        var consent: Bool { gates.consent }
+        var enabled: Bool { gates.enabled }
     }
 
     enum Uploads {
@@ -124,7 +120,10 @@ public final class EventEngine: Sendable {
         self.configuration = configuration
         let state = Protected(
             State(
-                consent: configuration.consent, enabled: configuration.enabled,
+                gates: SessionGates(
+                    consent: configuration.consent, enabled: configuration.enabled,
+                    sessionEventLimit: configuration.sessionEventLimit,
+                    waitingLimit: configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize),
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
@@ -364,8 +363,7 @@ public final class EventEngine: Sendable {
             state -> (EventLog?, [Waiting], Promise<Void>?, Bool) in
             guard state.phase != .closed else { return (nil, [], nil, true) }
             state.phase = .closed
-            defer { state.waiting.removeAll() }
-            return (state.log, state.waiting, state.opening, false)
+            return (state.log, state.gates.takeWaiting(), state.opening, false)
         }
         guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
         // A start() still opening sees the phase and closes what it opened.
@@ -473,8 +471,7 @@ public final class EventEngine: Sendable {
         let (notify, sessionStartError) = state.withLock {
             state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
             guard state.phase == .started, let log = state.log else { return ([], nil) }
-            if state.sessionID != nil { state.sessionCount = 0 }
-            state.sessionID = sessionID
+            let waiting = state.gates.startSession(sessionID)
             var notify: [(Waiting, WaitingOutcome)] = []
             var sessionStartError: (any Error)?
             if state.enabled && state.consent {
@@ -489,8 +486,7 @@ public final class EventEngine: Sendable {
                     sessionStartError = SpoolError.bridge(error)
                 }
             }
-            for var entry in state.waiting {
-                entry.record.sessionID = sessionID
+            for entry in waiting {
                 let outcome: WaitingOutcome
                 do {
                     outcome = .appended(try log.appendPastBound(entry.record), log)
@@ -499,7 +495,6 @@ public final class EventEngine: Sendable {
                 }
                 if entry.settle != nil { notify.append((entry, outcome)) }
             }
-            state.waiting.removeAll()
             return (notify, sessionStartError)
         }
         if let sessionStartError {
@@ -511,17 +506,14 @@ public final class EventEngine: Sendable {
     /// Ends the current session. Events recorded until the next
     /// ``startSession()`` wait for it and count toward its limit.
     public func endSession() {
-        state.withLock { state in
-            state.sessionID = nil
-            state.sessionCount = 0
-        }
+        state.withLock { $0.gates.endSession() }
     }
 
     /// The current session's id (a UUIDv7 string), or nil before ``start()``
     /// and after ``endSession()``. Every event stored during the session
     /// carries it.
     public var currentSessionID: String? {
-        state.withLock { $0.sessionID }
+        state.withLock { $0.gates.sessionID }
     }
 
     // MARK: - Consent and switches
@@ -547,14 +539,13 @@ public final class EventEngine: Sendable {
     /// ``eraseAllData()`` removes it either way.
     public func setConsent(_ consent: Bool) {
         let discarded = state.withLock { state -> [Waiting] in
-            state.consent = consent
+            state.gates.consent = consent
             guard !consent else { return [] }
-            defer { state.waiting.removeAll() }
             guard let log = state.log else {
                 // Not started (or closed): the queue an earlier process left
                 // is discarded when start() opens it.
                 if state.phase == .idle || state.phase == .starting { state.uploads = .withdrawnBeforeStart }
-                return state.waiting
+                return state.gates.takeWaiting()
             }
             // Which events are "before" is settled now, under this lock:
             // everything appended so far (also when an earlier withdrawal's
@@ -563,7 +554,7 @@ public final class EventEngine: Sendable {
             let position = Promise<Result<Int64, any Error>>()
             log.positionOfLastAppended(position.fulfill)
             startDiscard(in: &state) { try await position.value.get() }
-            return state.waiting
+            return state.gates.takeWaiting()
         }
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
     }
@@ -572,7 +563,7 @@ public final class EventEngine: Sendable {
     /// (``RecordOutcome/droppedDisabled``) and nothing is uploaded; events
     /// already stored stay queued.
     public func setEnabled(_ enabled: Bool) {
-        state.withLock { $0.enabled = enabled }
+        state.withLock { $0.gates.enabled = enabled }
     }
 
     /// Replaces the names that are stored and uploaded but never delivered to
