@@ -194,7 +194,7 @@ extension EventLog {
             }
             if pruneHistory, let limits = historyLimits {
                 try connection.pruneHistory(
-                    before: limits.maximumAge.map { Date().timeIntervalSince1970 - $0 },
+                    before: limits.maximumAge.map { database.clock.now - $0 },
                     keepingAtMost: limits.maximumRows)
             }
             head = seq

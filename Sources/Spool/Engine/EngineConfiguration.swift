@@ -1,4 +1,5 @@
 import Foundation
+import SpoolStorage
 
 /// Everything an ``EventEngine`` is set up with.
 ///
@@ -115,6 +116,10 @@ public struct EngineConfiguration: Sendable {
     /// receive; return quickly. ``EventEngine/diagnostics()`` offers the same
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
+
+    /// Where the engine reads the time and waits: the system's clock, or one
+    /// a test advances itself.
+    package var clock: any SpoolClock = SystemClock()
 
     /// The campaign events that bypass the per-session limit by default:
     /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own

@@ -50,6 +50,7 @@ extension EventEngine {
         }
         let configuration = self.configuration
         let database = try await Self.openDatabase(configuration)
+        database.clock = configuration.clock
         if case .file = configuration.database,
             let failure = DatabaseFilePolicy.apply(
                 to: database.path, protection: configuration.fileProtection,
@@ -68,7 +69,7 @@ extension EventEngine {
         // appends any: what a withdrawal before start() discards.
         let headAtOpen: Int64
         do {
-            let cutoff = limits.maximumAge.map { Date().timeIntervalSince1970 - $0 }
+            let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
             headAtOpen = try await database.run { connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
                 return try connection.headPosition()
@@ -126,7 +127,7 @@ extension EventEngine {
         // diagnostic, and the events stay buffered: ready fires regardless.
         do { try await log.waitUntilAllDurable() } catch {}
         delivery.async { [events] in
-            events.registrations.latch(.ready, .ready(at: Date().timeIntervalSince1970))
+            events.registrations.latch(.ready, .ready(at: configuration.clock.now))
         }
         await delivery.drain()
     }

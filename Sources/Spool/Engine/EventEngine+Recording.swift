@@ -113,7 +113,7 @@ extension EventEngine {
         }
         let priority = configuration.priorityEventNames.contains(name)
         var record = EventRecord(
-            name: name, parametersJSON: json, recordedAt: Date().timeIntervalSince1970, priority: priority,
+            name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: ReservedEventName.entersHistory(name))
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write

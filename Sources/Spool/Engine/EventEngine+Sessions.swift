@@ -10,7 +10,7 @@ extension EventEngine {
     /// a new one begins.
     public func startSession() {
         let sessionID = EventID.make(
-            milliseconds: EventID.milliseconds(since1970: Date().timeIntervalSince1970),
+            milliseconds: EventID.milliseconds(since1970: configuration.clock.now),
             random: UInt64.random(in: 0...UInt64.max),
             UInt64.random(in: 0...UInt64.max))
         let (notify, sessionStartError) = state.withLock {
@@ -25,7 +25,7 @@ extension EventEngine {
                     try log.appendPastBound(
                         EventRecord(
                             name: Self.sessionStartEventName, parametersJSON: "{}",
-                            recordedAt: Date().timeIntervalSince1970,
+                            recordedAt: configuration.clock.now,
                             sessionID: sessionID, priority: true, addsToHistory: true))
                 } catch {
                     sessionStartError = SpoolError.bridge(error)

@@ -178,9 +178,9 @@ final class DurableListeners: @unchecked Sendable {
             let attached = try connection.transaction { () -> (position: Int64, head: Int64, missed: Int)? in
                 let position = try connection.registerConsumer(consumer, startingAt: .end)
                 if let lease = try connection.acquireLease(
-                    consumer, owner: owner, now: Date().timeIntervalSince1970, duration: Self.leaseDuration)
+                    consumer, owner: owner, now: log.database.clock.now, duration: Self.leaseDuration)
                 {
-                    let wait = max(0.2, min(5, lease.expires - Date().timeIntervalSince1970))
+                    let wait = max(0.2, min(5, lease.expires - log.database.clock.now))
                     if reportHeld {
                         diagnostics.report(
                             .durableListenerHeldElsewhere,
@@ -250,7 +250,7 @@ final class DurableListeners: @unchecked Sendable {
             guard !held.isEmpty, let owner else { return }
             do {
                 let renewed = try connection.renewLeases(
-                    owner: owner, prefix: Durable.consumerPrefix, now: Date().timeIntervalSince1970,
+                    owner: owner, prefix: Durable.consumerPrefix, now: log.database.clock.now,
                     duration: Self.leaseDuration)
                 for id in held where !renewed.contains(Durable.consumerID(for: id)) {
                     self.detach(id)

@@ -211,7 +211,7 @@ public final class SurveyCenter: Sendable {
     public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
         try condition.validate(surveyID: "")
         guard let database = context.database() else { throw SpoolError.notStarted }
-        let now = Date().timeIntervalSince1970
+        let now = database.clock.now
         return try await SpoolError.bridgingAsync {
             try await database.run { try condition.holds(at: .now(now), in: $0) }
         }
