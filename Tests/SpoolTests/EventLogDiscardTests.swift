@@ -11,10 +11,7 @@ struct EventLogDiscardTests {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)
         let log = EventLog(database: database)
-        let buffered = Protected(0)
-        log.setFailureHandler { failure in
-            if case .commitFailed(_, let count) = failure { buffered.withLock { $0 = count } }
-        }
+        let buffered = log.bufferedAfterFailedCommits()
         try await log.appendDurably(3)
         try database.sync { try $0.capAtCurrentSize() }
         let pad = String(repeating: "x", count: 50_000)

@@ -211,10 +211,7 @@ struct EventLogTests {
         let database = try DatabaseQueue(path: directory.databaseURL.path)
         // Room for all 50 events of 100 KB while commits fail.
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
-        let buffered = Protected(0)
-        log.setFailureHandler { failure in
-            if case .commitFailed(_, let count) = failure { buffered.withLock { $0 = count } }
-        }
+        let buffered = log.bufferedAfterFailedCommits()
         try await log.appendDurably(5)
         // A real SQLITE_FULL: cap the file at its current size.
         try database.sync { try $0.capAtCurrentSize() }

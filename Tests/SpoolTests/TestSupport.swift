@@ -185,6 +185,18 @@ extension EventLog {
     }
 }
 
+extension EventLog {
+    /// How many events the last failed commit left buffered, as the log's
+    /// failure handler reports it (0 before any failure).
+    func bufferedAfterFailedCommits() -> Protected<Int> {
+        let buffered = Protected(0)
+        setFailureHandler { failure in
+            if case .commitFailed(_, let count) = failure { buffered.withLock { $0 = count } }
+        }
+        return buffered
+    }
+}
+
 /// A listener that keeps what it receives.
 final class CollectingListener: EventListener {
     struct Received: Sendable, Hashable {
