@@ -67,31 +67,26 @@ struct EngineLifecycleTests {
     func closeWhileStartIsOpeningWaitsForTheFileToClose() async throws {
         let directory = TemporaryDirectory()
         // A durable listener with one event to catch up on: start() is held
-        // inside its catch-up, with the file open, until `release`.
+        // inside its catch-up, with the file open, at the gate.
         let earlier = try await startedEngine(
             directory, before: { engine in engine.events.addDurableObserver(CollectingListener(), id: "slow") })
         earlier.events.removeDurableObserver(id: "slow")
         try await earlier.recordDurably("missed")
         await earlier.close()
-        let (caughtUp, release) = (Protected(false), DispatchSemaphore(value: 0))
-        let slow = CollectingListener { _, _ in
-            let first = caughtUp.withLock { caughtUp in
-                defer { caughtUp = true }
-                return !caughtUp
-            }
-            if first { _ = release.wait(timeout: .now() + 10) }  // bounded: a failure must not hang the suite
-        }
+        let gate = Gate()
+        let slow = CollectingListener { _, _ in gate.pass() }
         let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
         engine.events.addDurableObserver(slow, id: "slow")
         let starting = Task { try await engine.start() }
-        #expect(try await waitUntil { caughtUp.withLock { $0 } })
+        #expect(try await waitUntil(timeout: 60) { gate.reached })
         let closing = Task {
             await engine.close()
             return FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal")
         }
-        #expect(try await waitUntil { engine.state.withLock { $0.phase == .closed } })
-        release.signal()
+        #expect(try await waitUntil(timeout: 60) { engine.state.withLock { $0.phase == .closed } })
+        gate.open()
         let walLeftOpen = await closing.value
+        #expect(!gate.timedOut)
         #expect(!walLeftOpen, "close() returned with the database open")
         if let open = openFileDescriptors(under: directory.url) { #expect(open == 0) }
         await #expect(throws: SpoolError.closed) { try await starting.value }

@@ -45,23 +45,20 @@ struct EventLogDiscardTests {
     func discardingWhileAGroupCommitsKeepsPositionsAnswering() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
-        // The first group waits inside its transaction until `release`.
-        let (inside, release, committed) = (Protected(false), DispatchSemaphore(value: 0), Protected(0))
+        // The first group waits inside its transaction at the gate.
+        let (gate, committed) = (Gate(), Protected(0))
         log.setGroupReader { _, _ in
-            let first = inside.withLock { inside in
-                defer { inside = true }
-                return !inside
-            }
-            if first { _ = release.wait(timeout: .now() + 10) }  // bounded: a failure must not hang the suite
+            gate.pass()
             return nil
         }
         log.setCommitHandler { count, _, _, _ in committed.withLock { $0 += count } }
         try log.append(EventRecord(name: "held", parametersJSON: "{}", recordedAt: 1))
-        #expect(try await waitUntil { inside.withLock { $0 } })
+        #expect(try await waitUntil(timeout: 60) { gate.reached })
         try log.append(EventRecord(name: "discarded", parametersJSON: "{}", recordedAt: 1))
         log.discardBuffered(because: StorageError.erased)
-        release.signal()
-        #expect(try await waitUntil { committed.withLock { $0 } == 1 })
+        gate.open()
+        #expect(try await waitUntil(timeout: 60) { committed.withLock { $0 } == 1 })
+        #expect(!gate.timedOut)
         // What consent withdrawal asks: answered at once, not when a later
         // append happens to commit.
         let position = Protected<Int64?>(nil)
@@ -74,25 +71,21 @@ struct EventLogDiscardTests {
     func aDiscardedGroupThatFailsIsNotRetried() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
-        // The first group waits inside its transaction until `release`, then
+        // The first group waits inside its transaction at the gate, then
         // fails: its transaction is gone, so COMMIT fails (a real SQLITE_ERROR).
-        let (inside, release) = (Protected(false), DispatchSemaphore(value: 0))
+        let gate = Gate()
         log.setGroupReader { _, connection in
-            let first = inside.withLock { inside in
-                defer { inside = true }
-                return !inside
-            }
-            if first {
-                _ = release.wait(timeout: .now() + 10)  // bounded: a failure must not hang the suite
-                try? connection.execute("ROLLBACK")  // try?: the COMMIT after it fails either way
-            }
+            let first = !gate.reached
+            gate.pass()
+            if first { try? connection.execute("ROLLBACK") }  // try?: the COMMIT after it fails either way
             return nil
         }
         let held = try log.append(EventRecord(name: "held", parametersJSON: "{}", recordedAt: 1))
-        #expect(try await waitUntil { inside.withLock { $0 } })
+        #expect(try await waitUntil(timeout: 60) { gate.reached })
         log.discardBuffered(because: StorageError.erased)
-        release.signal()
+        gate.open()
         await #expect(throws: StorageError.erased) { try await log.waitUntilDurable(held) }
+        #expect(!gate.timedOut)
         // The next event commits alone; the discarded one never reaches the file.
         try await log.appendDurably(1, name: "after")
         #expect(try await log.readEvents(after: 0, limit: 10).map(\.name) == ["after"])

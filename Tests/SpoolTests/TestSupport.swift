@@ -197,6 +197,32 @@ extension EventLog {
     }
 }
 
+/// Holds the first caller of ``pass()`` (a listener, a group reader) until
+/// the test calls ``open()``; later callers go through. Bounded at 60 s, so
+/// a failing test cannot hang the suite, and ``timedOut`` says if it was.
+final class Gate: Sendable {
+    private let state = Protected((reached: false, timedOut: false))
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    /// Whether the first caller is held (or was).
+    var reached: Bool { state.withLock { $0.reached } }
+    /// Whether the first caller gave up waiting for ``open()``.
+    var timedOut: Bool { state.withLock { $0.timedOut } }
+
+    func pass() {
+        let first = state.withLock { state in
+            defer { state.reached = true }
+            return !state.reached
+        }
+        guard first, semaphore.wait(timeout: .now() + 60) == .timedOut else { return }
+        state.withLock { $0.timedOut = true }
+    }
+
+    func open() {
+        semaphore.signal()
+    }
+}
+
 /// A listener that keeps what it receives.
 final class CollectingListener: EventListener {
     struct Received: Sendable, Hashable {
