@@ -216,8 +216,8 @@ struct EngineLifecycleTests {
         // A weak reference reads nil as soon as deinit starts; the files close
         // during it, possibly on another thread.
         if openFileDescriptors(under: directory.url) != nil {
-            #expect(
-                try await waitUntil { openFileDescriptors(under: directory.url) == 0 }, "the connections' files are closed")
+            let closed = try await waitUntil { openFileDescriptors(under: directory.url) == 0 }
+            #expect(closed, "the connections' files are closed")
         }
         // And what it recorded is on disk.
         let reopened = try DatabaseQueue(path: directory.databaseURL.path)
