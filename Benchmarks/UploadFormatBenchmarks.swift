@@ -192,10 +192,10 @@ struct UploadFormatBenchmarks {
             Row(
                 area: "upload", name: "\(label) bytes on the wire per event, gzipped",
                 value: Double(gzipped) / Double(events), unit: "B",
-                detail: "\(formatNumber(Double(raw) / Double(max(1, gzipped)))) × smaller, zlib level 6"))
+                detail: "\(formatNumber(Double(raw) / Double(max(1, gzipped)))) × smaller, zlib level \(Gzip.defaultLevel)"))
         report.add(
             Row(
                 area: "upload", name: "\(label) gzip cost per event", value: cost.median, unit: "µs",
-                detail: "zlib level 6 over each body of 100, spread \(formatNumber(cost.spreadPercent))%"))
+                detail: "zlib level \(Gzip.defaultLevel) over each body of 100, spread \(formatNumber(cost.spreadPercent))%"))
     }
 }

@@ -112,6 +112,7 @@ let started = Date()
 print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
 if only == nil || only == "append" {
     try await AppendBenchmarks(quick: quick, report: report).run()
+    try await QueueBoundsBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "burst" {
     try RecordBurstBenchmarks(quick: quick, report: report).run()
@@ -124,6 +125,7 @@ if only == nil || only == "listen" {
 }
 if only == nil || only == "upload" {
     try await DrainBenchmarks(quick: quick, report: report).run()
+    try await CollectorBoundaryBenchmarks(quick: quick, report: report).run()
 }
 if only == nil || only == "history" {
     try await HistoryBenchmarks(quick: quick, report: report).run()

@@ -56,7 +56,7 @@ extension Connection {
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) throws -> [StoredEvent] {
         try withStatement(
             """
-            SELECT seq, id, name, parameters, recorded_at, session_id, priority \
+            SELECT seq, id, name, parameters, recorded_at, session_id, priority, uploader_only \
             FROM events WHERE seq > ? ORDER BY seq LIMIT ?
             """
         ) { statement in
@@ -65,10 +65,7 @@ extension Connection {
             var events: [StoredEvent] = []
             var bytes = 0
             while try statement.step() {
-                let event = StoredEvent(
-                    seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
-                    parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
-                    sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0)
+                let event = StoredEvent(statement)
                 bytes += event.parametersJSON.utf8.count + event.name.utf8.count
                 if !events.isEmpty && bytes > maxBytes { break }
                 events.append(event)
@@ -147,29 +144,7 @@ extension Connection {
     /// moving every consumer that had not finished them past them and counting
     /// what it lost in `consumers.dropped`. Runs inside the append transaction.
     package func enforceRetention(maximum: Int, head: Int64) throws {
-        let boundary = head - Int64(maximum)
-        guard boundary > 0 else { return }
-        let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
-            try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
-        }
-        guard let oldest, oldest <= boundary else { return }
-        try withStatement(
-            """
-            UPDATE consumers SET dropped = dropped + (? - max(position, ? - 1)), position = ?, updated_at = ? \
-            WHERE position < ?
-            """
-        ) { statement in
-            try statement.bind(boundary, at: 1)
-            try statement.bind(oldest, at: 2)
-            try statement.bind(boundary, at: 3)
-            try statement.bind(Date().timeIntervalSince1970, at: 4)
-            try statement.bind(boundary, at: 5)
-            try statement.step()
-        }
-        try withStatement("DELETE FROM events WHERE seq <= ?") { statement in
-            try statement.bind(boundary, at: 1)
-            try statement.step()
-        }
+        try dropPrefix(through: head - Int64(maximum))
     }
 
     /// How many events `consumer` lost to the retention bound.

@@ -2,7 +2,8 @@ import CSQLite
 import Foundation
 
 extension Connection {
-    /// Deletes every queued event, the whole history and the dead letters,
+    /// Deletes every queued event, the whole history, the dead letters and
+    /// the record of recent upload requests,
     /// and moves every consumer to the head with its drop counts cleared, in
     /// one transaction with `secure_delete` on: the deleted rows' bytes are
     /// overwritten with zeros in the database file, not just unlinked.
@@ -25,6 +26,8 @@ extension Connection {
             try execute("DELETE FROM events")
             try execute("DELETE FROM event_history")
             try execute("DELETE FROM dead_letters")
+            // Which events each recent request carried: ids of the user's events.
+            try execute("DELETE FROM upload_batches")
             try withStatement(
                 "UPDATE consumers SET position = ?, dropped = 0, dropped_reported = 0, updated_at = ?"
             ) { statement in

@@ -268,6 +268,9 @@ package final class Connection {
     }
 
     package var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// The rowid of this connection's last successful INSERT.
+    package var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 }
 
 @available(*, unavailable, message: "A connection belongs to one serial executor; use DatabaseQueue")

@@ -70,12 +70,13 @@ extension EventLog {
     /// Writes one group in one transaction and tells the handler and the
     /// waiters.
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
-        let (head, built, reading) = try write(group, connection)
+        let (head, built, reading, drops) = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
         let (settled, handler, failureHandler) = state.withLock {
             ($0.buffer.committed(through: last, head: head), $0.commitHandler, $0.failureHandler)
         }
         if settled.recoveredAfter > 0 { failureHandler?(.commitRecovered(failures: settled.recoveredAfter)) }
+        if drops.total > 0 { failureHandler?(.eventsDropped(drops)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
         handler?(group.count, head, { built ?? Self.committedEvents(group, head: head) }, reading)
@@ -124,14 +125,15 @@ extension EventLog {
     /// head, the committed rows if the reader built them, and its reading.
     private func write(
         _ group: ArraySlice<Pending>, _ connection: Connection
-    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?) {
-        let (maximumRetained, historyLimits, pruneHistory, reader) = state.withLock { state in
+    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops) {
+        let (bounds, historyLimits, pruneHistory, reader) = state.withLock { state in
             (
-                state.maximumRetainedEvents, state.historyLimits,
+                state.queueBounds, state.historyLimits,
                 state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader
             )
         }
         var head: Int64 = 0
+        var drops = QueueDrops()
         var built: [StoredEvent]?
         var reading: (any Sendable)?
         var historyRows = 0
@@ -149,22 +151,27 @@ extension EventLog {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.
             var seq = try connection.headPosition()
+            var bytesTotal = try connection.bytesTotal()
             let insert = try connection.cachedStatement(
                 """
-                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority) \
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before) \
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
             for index in group.indices {
                 seq += 1
+                try insert.bind(bytesTotal, at: 8)
+                bytesTotal += Int64(group[index].record.boundBytes)
                 try group[index].insert(as: seq, with: insert)
                 if group[index].record.addsToHistory { historyRows += 1 }
             }
-            try connection.withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { head in
+            try connection.withStatement("UPDATE log_head SET last_seq = ?, bytes_total = ? WHERE id = 1") { head in
                 try head.bind(seq, at: 1)
+                try head.bind(bytesTotal, at: 2)
                 try head.step()
             }
-            if let maximumRetained { try connection.enforceRetention(maximum: maximumRetained, head: seq) }
+            drops = try connection.enforceBounds(
+                bounds, head: seq, bytesTotal: bytesTotal, now: database.clock.now)
             if historyRows > 0 {
                 // One upsert per run of events with the same name in the
                 // same millisecond: a burst adds to a few rows instead of
@@ -209,7 +216,7 @@ extension EventLog {
         state.withLock { state in
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
-        return (head, built, reading)
+        return (head, built, reading, drops)
     }
 
     func failAll(_ error: any Error) {

@@ -78,6 +78,9 @@ package final class EventLog: Sendable {
         case appendRefused
         /// Giving space back after a drain failed; the file stays larger.
         case shrinkFailed(any Error)
+        /// The queue's bounds dropped events no consumer had finished (the
+        /// oldest), by bound.
+        case eventsDropped(QueueDrops)
     }
 
     /// One buffered event: the record and the random half of its id (the
@@ -105,7 +108,7 @@ package final class EventLog: Sendable {
         var commitHandler: CommitHandler?
         var groupReader: GroupReader?
         var failureHandler: (@Sendable (Failure) -> Void)?
-        var maximumRetainedEvents: Int?
+        var queueBounds = QueueBounds()
         var historyLimits: HistoryLimits?
         /// History rows written since the history was last pruned.
         var historySincePrune = 0
@@ -130,7 +133,14 @@ package final class EventLog: Sendable {
     /// them has its position moved past them and its `dropped` count raised.
     /// `nil` keeps everything until every consumer has finished it.
     package func setMaximumRetainedEvents(_ maximum: Int?) {
-        state.withLock { $0.maximumRetainedEvents = maximum.map { max(1, $0) } }
+        state.withLock { $0.queueBounds.count = maximum.map { max(1, $0) } }
+    }
+
+    /// Bounds the log by count, bytes and age: the oldest events give way at
+    /// the next commit past any of them, as ``setMaximumRetainedEvents(_:)``
+    /// says, and each bound's drops are counted and reported.
+    package func setQueueBounds(_ bounds: QueueBounds) {
+        state.withLock { $0.queueBounds = bounds }
     }
 
     /// How much event history to keep (survey rules count it).

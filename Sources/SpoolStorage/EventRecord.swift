@@ -13,10 +13,12 @@ package struct StoredEvent: Sendable, Hashable {
     package let sessionID: String?
     /// True for events that bypass the per-session limit.
     package let priority: Bool
+    /// A dead letter put back for the uploader: other consumers pass over it.
+    package let uploaderOnly: Bool
 
     package init(
         seq: Int64, id: String, name: String, parametersJSON: String, recordedAt: Double, sessionID: String?,
-        priority: Bool
+        priority: Bool, uploaderOnly: Bool = false
     ) {
         self.seq = seq
         self.id = id
@@ -25,6 +27,7 @@ package struct StoredEvent: Sendable, Hashable {
         self.recordedAt = recordedAt
         self.sessionID = sessionID
         self.priority = priority
+        self.uploaderOnly = uploaderOnly
     }
 }
 
@@ -54,6 +57,8 @@ package struct EventRecord: Sendable {
     /// parameters, plus what each buffered event costs besides (about 100
     /// bytes: its place in the buffer and the string headers).
     var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
+    /// What it counts for against the queue's byte bound.
+    var boundBytes: Int { Connection.boundBytes(name: name, parametersJSON: parametersJSON) }
 }
 
 /// A receipt for one append: its place in the acceptance order and its id.

@@ -21,8 +21,9 @@ A gzip body (Content-Encoding: gzip) is decoded first; one that does not
 decode is answered 400. Event ids come from the format's place for them:
 events[].id (any, spool), batch[].messageId (segment), records[].value.id (kafka).
 
-POST /_control with a JSON object changes the behaviour:
-    {"mode": "ok" | "status" | "redirect" | "hang" | "reset",
+POST /_control with a JSON object changes the behaviour, and answers
+{"held": requests held by mode "hold" right now}:
+    {"mode": "ok" | "status" | "redirect" | "hang" | "hold" | "reset",
      "status": 500,            # with mode "status" or "redirect": answer this code
      "retry_after": "2",       # Retry-After header with a "status" or "path_status" answer
      "location": "http://...", # Location header with a "redirect" answer (null: none)
@@ -39,8 +40,14 @@ POST /_control with a JSON object changes the behaviour:
      "accept_encoding": "identity",  # ...with this Accept-Encoding header (null: none)
      "error_code": 40401,      # kafka: the error envelope's code for a "status" answer
      "kafka_flavor": "confluent" | "redpanda",  # kafka: the 200 body's shape
-     "record_errors": {"<id>": {"code": 50003, "times": 1}}}  # kafka: per-record
+     "record_errors": {"<id>": {"code": 50003, "times": 1}},  # kafka: per-record
                                # errors in a 200 answer; "times" absent: always
+     "plain_json": true,       # read bodies as a hand-written JSON endpoint does:
+                               # Content-Encoding ignored, a body that is not JSON
+                               # answered 400
+     "require_headers": {"x-api-key": "k"},  # answer 401 unless these headers match
+     "release": 401}           # answer the requests held by mode "hold" with this
+                               # status (mode "hold" waits at most hang_seconds)
 
 Formats are validated as the real collectors document them (required fields
 and their types, the auth header, the content type); a body that fails is
@@ -62,7 +69,9 @@ state = {"mode": "ok", "status": 500, "retry_after": None, "times": None,
          "reject_ids": set(), "max_bytes": None, "hang_seconds": 5, "location": None,
          "path_status": {}, "format": "any", "write_key": None, "refuse_gzip": False,
          "accept_encoding": None, "error_code": None, "kafka_flavor": "confluent",
-         "record_errors": {}}
+         "record_errors": {}, "plain_json": False, "require_headers": {}}
+released = threading.Condition(lock)
+release = {"status": None, "held": 0}
 offsets = {"next": 0}
 log_path = None
 
@@ -240,8 +249,12 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 if "reject_ids" in update:
                     update["reject_ids"] = set(update["reject_ids"])
+                if "release" in update:
+                    release["status"] = update.pop("release")
+                    released.notify_all()
                 state.update(update)
-            return self.answer(200, b"ok")
+                held = release["held"]
+            return self.answer(200, json.dumps({"held": held}).encode(), content_type="application/json")
 
         with lock:
             path_status = state["path_status"].get(self.path)
@@ -260,7 +273,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = {key.lower(): value for key, value in self.headers.items()}
         encoding = headers.get("content-encoding")
         decoded, undecodable = wire, False
-        if encoding == "gzip" and not settings["refuse_gzip"] and settings["format"] != "kafka":
+        if encoding == "gzip" and not settings["refuse_gzip"] and settings["format"] != "kafka" \
+                and not settings["plain_json"]:
             try:
                 decoded = gzip.decompress(wire)
             except Exception:
@@ -309,6 +323,20 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(settings["hang_seconds"])
             self.close_connection = True
             return
+        if mode == "hold":
+            # Held until a test releases it with a status (bounded).
+            with lock:
+                release["status"] = None
+                release["held"] += 1
+                released.wait_for(lambda: release["status"] is not None, timeout=settings["hang_seconds"])
+                release["held"] -= 1
+                status = release["status"]
+            if status is None:
+                finish(None)
+                self.close_connection = True
+                return
+            finish(status)
+            return self.answer(status, b"released")
         if mode == "redirect":
             finish(settings["status"])
             headers_ = {"Location": settings["location"]} if settings["location"] is not None else {}
@@ -323,6 +351,13 @@ class Handler(BaseHTTPRequestHandler):
             # Confluent's proxy reads the gzip bytes as JSON (kafka-rest#829).
             finish(400, ["a gzip body, which Confluent's proxy cannot read"])
             return self.kafka_error(400, 400, "Illegal character ((CTRL-CHAR, code 31))")
+        if settings["plain_json"] and body is None:
+            finish(400, ["not JSON (a plain endpoint reads no Content-Encoding)"])
+            return self.answer(400, b"Bad Request: invalid JSON")
+        required = settings["require_headers"]
+        if any(headers.get(name.lower()) != value for name, value in required.items()):
+            finish(401)
+            return self.answer(401, b"Unauthorized")
         if undecodable:
             finish(400, ["Content-Encoding gzip, but the body is not gzip"])
             return self.answer(400, b"invalid gzip")

@@ -223,20 +223,40 @@ struct BatchFormatTests {
         UploadResponse(status: status, headers: headers, body: Data(body.utf8))
     }
 
-    @Test("the standard reading: 2xx accepted; 1xx, 3xx, 408, 429, 5xx retried; 400, 413 split; other 4xx rejected")
-    func standardVerdicts() throws {
-        #expect(UploadVerdict.standard(for: response(200)) == .accepted)
-        #expect(UploadVerdict.standard(for: response(204)) == .accepted)
+    /// The classification table, a row per status class (C2, C3).
+    static let table: [(statuses: [Int], verdict: String)] = [
+        ([200, 201, 202, 204], "accepted"),
+        ([100, 301, 302, 307, 408, 425, 429, 500, 502, 503, 504], "retry"),
+        ([400, 413, 422], "split"),
+        ([401, 403, 404, 405, 407, 409, 410, 411, 414, 415, 451], "refusedRequest"),
+    ]
+
+    @Test(
+        "C2, C3: the standard reading, one row of the table each: 2xx accepted; 1xx, 3xx, 408, 425, 429, 5xx retried; 400, 413, 422 split; other 4xx refuse the request",
+        arguments: table.indices)
+    func standardVerdicts(row: Int) throws {
+        for status in Self.table[row].statuses {
+            let verdict = UploadVerdict.standard(for: response(status))
+            let kind: String
+            switch verdict {
+            case .accepted: kind = "accepted"
+            case .retry: kind = "retry"
+            case .split: kind = "split"
+            case .refusedRequest: kind = "refusedRequest"
+            case .rejected: kind = "rejected"
+            case .perEvent: kind = "perEvent"
+            }
+            #expect(kind == Self.table[row].verdict, "HTTP \(status)")
+        }
+    }
+
+    @Test("the standard reading keeps the collector's reason and Retry-After")
+    func standardReasons() throws {
         #expect(UploadVerdict.standard(for: response(400, "bad")) == .split(reason: "HTTP 400: bad"))
-        #expect(UploadVerdict.standard(for: response(413)) == .split(reason: "HTTP 413"))
         #expect(
             UploadVerdict.standard(for: response(429, "slow down", headers: ["retry-after": "12"]))
                 == .retry(reason: "HTTP 429: slow down", retryAfter: 12))
-        #expect(UploadVerdict.standard(for: response(408)) == .retry(reason: "HTTP 408", retryAfter: nil))
-        #expect(UploadVerdict.standard(for: response(503)) == .retry(reason: "HTTP 503", retryAfter: nil))
-        #expect(UploadVerdict.standard(for: response(302)) == .retry(reason: "HTTP 302", retryAfter: nil))
-        #expect(UploadVerdict.standard(for: response(401)) == .rejected(reason: "HTTP 401"))
-        #expect(UploadVerdict.standard(for: response(404)) == .rejected(reason: "HTTP 404"))
+        #expect(UploadVerdict.standard(for: response(401)) == .refusedRequest(reason: "HTTP 401", retryAfter: nil))
         // Segment and RudderStack read their answers the standard way.
         let segment = try SegmentBatchFormat(writeKey: "k", anonymousId: "a")
         #expect(
@@ -282,15 +302,15 @@ struct BatchFormatTests {
         #expect(format.verdict(for: response(200, "OK"), eventCount: 2) == .accepted)
     }
 
-    @Test("Kafka REST errors: topic not found kept, unreadable records split, schema errors rejected, 5xx retried")
+    @Test("Kafka REST errors: topic not found holds back, unreadable records split, schema errors rejected, 5xx retried")
     func kafkaEnvelopes() {
         let format = KafkaRESTBatchFormat()
         func verdict(_ status: Int, _ code: Int?, headers: [String: String] = [:]) -> UploadVerdict {
             let body = code.map { #"{"error_code":\#($0),"message":"m"}"# } ?? ""
             return format.verdict(for: response(status, body, headers: headers), eventCount: 4)
         }
-        #expect(verdict(404, 40401) == .retry(reason: "HTTP 404 error_code 40401: m", retryAfter: nil))
-        #expect(verdict(404, 40402) == .retry(reason: "HTTP 404 error_code 40402: m", retryAfter: nil))
+        #expect(verdict(404, 40401) == .refusedRequest(reason: "HTTP 404 error_code 40401: m", retryAfter: nil))
+        #expect(verdict(404, 40402) == .refusedRequest(reason: "HTTP 404 error_code 40402: m", retryAfter: nil))
         #expect(verdict(422, 422) == .split(reason: "HTTP 422 error_code 422: m"))
         #expect(verdict(400, 400) == .split(reason: "HTTP 400 error_code 400: m"))
         #expect(verdict(413, nil) == .split(reason: "HTTP 413"))
@@ -302,9 +322,9 @@ struct BatchFormatTests {
             verdict(503, 50301, headers: ["Retry-After": "5"])
                 == .retry(reason: "HTTP 503 error_code 50301: m", retryAfter: 5))
         #expect(verdict(429, 42901) == .retry(reason: "HTTP 429 error_code 42901: m", retryAfter: nil))
-        #expect(verdict(401, 40101) == .rejected(reason: "HTTP 401 error_code 40101: m"))
-        #expect(verdict(403, 40301) == .rejected(reason: "HTTP 403 error_code 40301: m"))
-        #expect(verdict(415, 415) == .rejected(reason: "HTTP 415 error_code 415: m"))
+        #expect(verdict(401, 40101) == .refusedRequest(reason: "HTTP 401 error_code 40101: m", retryAfter: nil))
+        #expect(verdict(403, 40301) == .refusedRequest(reason: "HTTP 403 error_code 40301: m", retryAfter: nil))
+        #expect(verdict(415, 415) == .refusedRequest(reason: "HTTP 415 error_code 415: m", retryAfter: nil))
     }
 
     @Test("a 415 names gzip as acceptable only when Accept-Encoding lists it with a non-zero weight")

@@ -154,13 +154,23 @@ final class TestCollector: @unchecked Sendable {
     var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
 
     /// Changes the collector's behaviour (see collector.py).
-    func control(_ settings: [String: any Sendable]) async throws {
+    ///
+    /// - Returns: how many requests mode "hold" is holding now.
+    @discardableResult
+    func control(_ settings: [String: any Sendable]) async throws -> Int {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/_control")!)
         request.httpMethod = "POST"
         request.httpBody = try JSONSerialization.data(withJSONObject: settings)
         request.timeoutInterval = 5
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await URLSession.shared.data(for: request)
         #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        let answer = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        return answer?["held"] as? Int ?? 0
+    }
+
+    /// Polls (bounded) until mode "hold" holds at least `count` requests.
+    func waitForHeld(_ count: Int = 1, timeout: TimeInterval = 10) async throws -> Bool {
+        try await waitUntil(timeout: timeout, interval: 0.02, asking: { try await self.control([:]) >= count })
     }
 
     /// Every request it received, in arrival order.

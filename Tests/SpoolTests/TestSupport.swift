@@ -71,8 +71,17 @@ extension Trait where Self == ConditionTrait {
 func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
     async throws -> Bool
 {
+    try await waitUntil(timeout: timeout, interval: interval, asking: { try condition() })
+}
+
+/// ``waitUntil(timeout:interval:_:)`` for a condition that has to await (a
+/// question to the collector, an engine's statistics).
+@discardableResult
+func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, asking condition: () async throws -> Bool)
+    async throws -> Bool
+{
     let deadline = Date().addingTimeInterval(timeout)
-    while try !condition() {
+    while try await !condition() {
         guard Date() < deadline else { return false }
         try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
     }

@@ -130,21 +130,21 @@ struct UploadFaultTests {
         await engine.close()
     }
 
-    @Test("other 4xx: dead letters, never silently deleted")
-    func otherClientErrorsAreDeadLettered() async throws {
+    @Test("C2: other 4xx: the events are kept and held back, never dead-lettered, and go out once the collector takes them")
+    func otherClientErrorsHoldBack() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["mode": "status", "status": 403, "times": 1])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
-        let ids = try recordEvents(engine, 4)  // with session_start: one batch of 5
-        try await engine.flush()
-        let count = try await engine.query { try $0.deadLetterCount() }
-        #expect(count == 5)
+        let ids = try recordEvents(engine, 4)  // with session_start: 5, under the batch size
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        #expect(try await engine.query { try $0.deadLetterCount() } == 0)
+        #expect(try await engine.uploadStatistics().heldBack?.hasPrefix("HTTP 403") == true)
         let more = try recordEvents(engine, 3, prefix: "later")
         try await engine.flush()
-        expectDeliveredInOrder(more, collector)
-        #expect(Set(collector.acceptedIDs()).isDisjoint(with: ids))
+        expectDeliveredInOrder(ids + more, collector)
+        #expect(try await engine.uploadStatistics().heldBack == nil)
         await engine.close()
     }
 

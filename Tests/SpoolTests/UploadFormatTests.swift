@@ -90,19 +90,20 @@ struct UploadFormatTests {
         await engine.close()
     }
 
-    @Test("Segment: a wrong write key (401) dead-letters the batch; nothing is lost silently")
+    @Test("C2: Segment: a wrong write key (401) keeps the events and holds uploading back, saying why")
     func segmentWrongKey() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
         try await collector.control(["format": "segment", "write_key": "the_right_key"])
         let engine = uploadingEngine(directory, collector: collector, format: try segment())
         try await engine.start()
-        let ids = try recordEvents(engine, 2, parameters: Self.parameters)
-        try await engine.flush()
+        _ = try recordEvents(engine, 2, parameters: Self.parameters)
+        await #expect(throws: UploadError.self) { try await engine.flush() }
         #expect(collector.requests().map(\.status) == [401])
-        let letters = try await deadLetters(engine)
-        #expect(letters.count == 3, "session_start and both events")
-        #expect(letters.last == "\(ids[1])|401|HTTP 401: Invalid Write Key")
+        #expect(try await deadLetters(engine).isEmpty)
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.pending == 3, "session_start and both events")
+        #expect(statistics.heldBack == "HTTP 401: Invalid Write Key")
         await engine.close()
     }
 
@@ -256,7 +257,7 @@ struct UploadFormatTests {
         await engine.close()
     }
 
-    @Test("compression .gzip overrides a format's default: a Confluent-like proxy then cannot read the body")
+    @Test("C1: compression .gzip overrides a format's default: a Confluent-like proxy cannot read it, and nothing is dead-lettered for it")
     func kafkaGzipForced() async throws {
         let directory = TemporaryDirectory()
         let collector = try TestCollector(directory)
@@ -266,11 +267,13 @@ struct UploadFormatTests {
             request: UploadRequestOptions(compression: .gzip))
         try await engine.start()
         _ = try recordEvents(engine, 1, parameters: Self.parameters)
-        try await engine.flush()
+        await #expect(throws: UploadError.self) { try await engine.flush() }
         let requests = collector.requests()
-        #expect(requests.first?.content_encoding == "gzip")
+        #expect(requests.allSatisfy { $0.content_encoding == "gzip" }, ".gzip means always")
         #expect(requests.first?.status == 400, "Confluent reads the gzip bytes as JSON")
-        #expect(try await deadLetters(engine).count == 2, "refused as unreadable, one by one")
+        #expect(requests.count == 3, "the batch, then each event alone: refused the same way, so none is singled out")
+        #expect(try await deadLetters(engine).isEmpty)
+        #expect(try await engine.uploadStatistics().heldBack?.contains("HTTP 400") == true)
         await engine.close()
     }
 }

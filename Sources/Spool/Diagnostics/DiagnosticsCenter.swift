@@ -58,6 +58,15 @@ extension DiagnosticsCenter {
             report(.eventRejected, eventCount: 1, error: error, "the database refused one event; it is not stored")
         case .shrinkFailed(let error):
             report(.fileNotShrunk, error: error, "the database file could not give space back after a drain")
+        case .eventsDropped(let drops):
+            var bounds: [String] = []
+            if drops.count > 0 { bounds.append("\(drops.count) over the count bound") }
+            if drops.bytes > 0 { bounds.append("\(drops.bytes) over the byte bound") }
+            if drops.age > 0 { bounds.append("\(drops.age) over the age bound") }
+            report(
+                .eventsDropped, eventCount: drops.total,
+                "the queue's bounds dropped its oldest events before every consumer had them: "
+                    + bounds.joined(separator: ", "))
         case .appendRefused:
             report(.recordRefused, eventCount: 1, "an event was refused: the buffer is full while commits fail")
         }

@@ -54,8 +54,25 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// upload lease cannot be released at close (another process sharing
         /// the file uploads once it expires).
         case uploadFailed
-        /// The collector refused these events for good; they are in `dead_letters`.
+        /// The collector refused these events on their own (its answer
+        /// singled them out); they are in `dead_letters`.
         case eventsDeadLettered
+        /// The collector refused a request itself (401, 403, 404 …, or a
+        /// 400 that singles out no event): the events are kept, and
+        /// uploading is held back with backoff until it takes them. The
+        /// message names the status.
+        case uploadHeldBack
+        /// The collector does not read gzip bodies: a gzip request was
+        /// answered 400 or 415 and the same batch was taken uncompressed.
+        /// Requests to that URL are not compressed from now on, in later
+        /// launches too.
+        case compressionTurnedOff
+        /// Dead letters were removed by their bounds (``DeadLetterLimits``).
+        case deadLettersEvicted
+        /// The queue's bounds (count, bytes, age) made its oldest events
+        /// give way before every consumer had them; the message says how
+        /// many per bound. Durable listeners also get `onMissed`.
+        case eventsDropped
         /// The database file could not give space back after the queue
         /// drained (an I/O error); it stays larger until the next drain.
         /// Another process reading the file is no failure: Spool tries again

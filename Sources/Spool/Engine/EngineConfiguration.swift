@@ -62,6 +62,18 @@ public struct EngineConfiguration: Sendable {
     /// ``dispatcher``). Events recorded before a session starts wait in memory
     /// under the same bound.
     public var maximumRetainedEvents: Int?
+    /// The most bytes the log's queued events may take (their names and
+    /// parameters, UTF-8). Past it the oldest give way, as with
+    /// ``maximumRetainedEvents``, counted per consumer and in
+    /// ``UploadStatistics/droppedOverBytes``. `nil`: no byte bound. Default
+    /// 50 MB. Applies when uploading too.
+    public var maximumQueueBytes: Int? = 50_000_000
+    /// The oldest a queued event may be, in seconds since it was recorded.
+    /// Past it the oldest give way (at most 1,024 per commit), counted in
+    /// ``UploadStatistics/droppedOverAge``. `nil` (the default): an event
+    /// waits however long the device is offline; collectors that refuse old
+    /// events refuse them themselves. Applies when uploading too.
+    public var maximumEventAge: TimeInterval?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
     /// feeds listeners and durable listeners).
     public var collectorURL: URL?
@@ -120,6 +132,22 @@ public struct EngineConfiguration: Sendable {
     /// Where the engine reads the time and waits: the system's clock, or one
     /// a test advances itself.
     package var clock: any SpoolClock = SystemClock()
+
+    /// Called with the result of every upload request (which events, what
+    /// the collector answered, what Spool did), on Spool's delivery queue;
+    /// return quickly. ``EventEngine/uploadResults()`` offers the same as an
+    /// `AsyncSequence`, and the `upload_batches` table keeps the last 1,000
+    /// (at most 20,000 events between them).
+    public var uploadResultHandler: (@Sendable (UploadBatchResult) -> Void)?
+
+    /// How many dead letters are kept, and for how long (10,000 for 30 days
+    /// by default).
+    public var deadLetterLimits: DeadLetterLimits = .default
+
+    /// What tells the uploader whether a network path exists; nil: the
+    /// platform's (`NWPathMonitor` on Apple platforms, none elsewhere).
+    /// Tests set a ``ManualNetworkPath``.
+    var networkPath: (any NetworkPathSource)?
 
     /// The campaign events that bypass the per-session limit by default:
     /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own

@@ -61,7 +61,10 @@ extension EventEngine {
                 "the database files' protection class or backup exclusion could not be set")
         }
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits)
-        log.setMaximumRetainedEvents(configuration.effectiveRetention)
+        log.setQueueBounds(
+            QueueBounds(
+                count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                age: configuration.maximumEventAge))
         let limits = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
         log.setHistoryLimits(limits)
@@ -249,5 +252,6 @@ extension EventEngine {
         events.finishAll()
         surveys.finishAll()
         diagnosticsCenter.finishAll()
+        uploadResultCenter.finishAll()
     }
 }

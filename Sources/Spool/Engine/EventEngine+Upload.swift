@@ -47,6 +47,66 @@ extension EventEngine {
         return try await SpoolError.bridgingAsync { try await uploader.statistics() }
     }
 
+    /// The result of every upload request from now on, as an
+    /// `AsyncSequence` (on the delivery queue, in the order they were sent);
+    /// it ends when the engine closes.
+    ///
+    /// ```swift
+    /// for await result in engine.uploadResults() where result.outcome != .accepted {
+    ///     logger.warning("\(result.eventCount) events: \(result.status.map(String.init) ?? "no answer") \(result.outcome)")
+    /// }
+    /// ```
+    public func uploadResults() -> AsyncStream<UploadBatchResult> {
+        uploadResultCenter.stream()
+    }
+
+    /// Puts dead letters back at the tail of the log, for the uploader, with
+    /// their ids (so the collector can deduplicate them), and starts an
+    /// upload. Listeners do not get them again. Oldest first, and at most as
+    /// many as the queue bound has room for (queued events never give way
+    /// to them): call again once those are uploaded to put back the rest.
+    ///
+    /// Call it once what made the collector refuse them is fixed: after a
+    /// write-key rotation, after a collector release that reads what it
+    /// refused. Events refused for their content are refused again and
+    /// return to the dead letters.
+    ///
+    /// - Parameter filter: which dead letters: all, those refused with one
+    ///   status, or those whose reason contains a text.
+    /// - Returns: how many were put back.
+    /// - Throws: ``SpoolError/notStarted`` before `start()`;
+    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`.
+    @discardableResult
+    public func requeueDeadLetters(_ filter: DeadLetterFilter = .all) async throws -> Int {
+        guard let log = state.withLock({ $0.phase == .started ? $0.log : nil }) else { throw SpoolError.notStarted }
+        guard let uploader = uploaderBox.withLock({ $0 }) else {
+            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+        }
+        let (status, reason): (Int?, String?)
+        switch filter {
+        case .all: (status, reason) = (nil, nil)
+        case .status(let code): (status, reason) = (code, nil)
+        case .reasonContaining(let text): (status, reason) = (nil, text)
+        }
+        let bound = configuration.effectiveRetention
+        let requeued = Protected((count: 0, head: Int64(0)))
+        try await SpoolError.bridgingAsync {
+            // In the background the database is suspended: wake it for this.
+            try await withDatabaseAwake {
+                let result = try await log.database.run {
+                    try $0.requeueDeadLetters(status: status, reasonContaining: reason, maximumRetained: bound)
+                }
+                requeued.withLock { $0 = result }
+            }
+        }
+        let (count, head) = requeued.withLock { $0 }
+        if count > 0 {
+            uploader.committed(head: head)
+            uploader.requestFlushFromAnyThread()
+        }
+        return count
+    }
+
     // MARK: - Wiring
 
     func startUploader(_ log: EventLog) async throws -> Uploader? {
@@ -62,7 +122,9 @@ extension EventEngine {
         if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }
         let state = self.state
         let uploader = Uploader(
-            log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter
+            log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
+            results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
+            networkPath: configuration.networkPath ?? NetworkPaths.system()
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended

@@ -43,6 +43,7 @@ public final class EventEngine: Sendable {
     let state: Protected<State>
     package let delivery: DeliveryQueue
     let diagnosticsCenter: DiagnosticsCenter
+    let uploadResultCenter: UploadResultCenter
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
@@ -129,6 +130,7 @@ public final class EventEngine: Sendable {
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
+        uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
         let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy = {
             state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
         }

@@ -81,7 +81,9 @@ extension DurableListeners {
                 reportMissed(Int(clamping: first.seq - after - 1), to: state.durable, log: log)
             }
             for event in events {
-                if policy.allows(event.name), let listener = state.durable.listener.object {
+                // A dead letter put back for the uploader was delivered when
+                // it was recorded.
+                if !event.uploaderOnly, policy.allows(event.name), let listener = state.durable.listener.object {
                     listener.onEventRecorded(
                         event.name, parameters: EventValue.parameters(fromJSON: event.parametersJSON),
                         timestamp: event.recordedAt)

@@ -4,9 +4,12 @@ import Foundation
 /// gzip (RFC 1952) through the system zlib: request bodies for
 /// `Content-Encoding: gzip`.
 package enum Gzip {
-    /// zlib's default level (6): within a few percent of level 9's size on
-    /// event JSON, at a fraction of its time.
-    package static let defaultLevel: Int32 = Z_DEFAULT_COMPRESSION
+    /// zlib level 1. On a batch of 100 varied events in Spool's format it
+    /// keeps 6.6× of level 6's 8.1× shrink (51 against 41 bytes per event)
+    /// for a third of the CPU (1.6 against 4.4 µs per event): the upload
+    /// drain is bound by this CPU, the radio by bytes that level 1 already
+    /// cut by 85%.
+    package static let defaultLevel: Int32 = 1
 
     /// One gzip member holding `bytes`, or nil if zlib fails (out of memory;
     /// the caller sends the body uncompressed).

@@ -25,12 +25,15 @@ import Foundation
 ///   replicas…) — keeps that record and every one after it queued for a
 ///   retry; any other code (`1`, `50002`, a record too large…) dead-letters
 ///   that record. A 2xx without `offsets` takes the whole batch.
-/// - 404 (`40401` topic not found, `40402` partition not found): retried —
-///   the events are kept until the topic exists.
+/// - 404 (`40401` topic not found, `40402` partition not found): a refusal
+///   of the request — the events are kept until the topic exists, and
+///   uploading is held back with that reason.
 /// - 400, 413 and 422 (a record the proxy cannot read): split to isolate it;
-///   `42201`, `42202` and `42205` (schema errors): dead-lettered.
-/// - 408, 429 and 5xx: retried, honouring `Retry-After`.
-/// - Other 4xx (401, 403, 406, 415): dead-lettered.
+///   `42201`, `42202` and `42205` (schema errors): rejected, so split down to
+///   the record the proxy refuses alone.
+/// - 408, 425, 429 and 5xx: retried, honouring `Retry-After`.
+/// - Other 4xx (401, 403, 406, 415): a refusal of the request; the events
+///   are kept.
 public struct KafkaRESTBatchFormat: BatchFormat {
     /// The Kafka REST v2 JSON format; the topic is in the collector URL
     /// (`<proxy>/topics/<topic>`).
@@ -75,19 +78,20 @@ public struct KafkaRESTBatchFormat: BatchFormat {
         }
         switch (status, code) {
         case (404, _), (_, 40401), (_, 40402):
-            // Kafka's own producer retries an unknown topic or partition: it
-            // may be being created. The events wait for it.
-            return .retry(reason: reason, retryAfter: response.retryAfter)
+            // An unknown topic or partition is about the request: the events
+            // wait for it (it may be being created), and uploading is held
+            // back with a reason that says so.
+            return .refusedRequest(reason: reason, retryAfter: response.retryAfter)
         case (_, 42201), (_, 42202), (_, 42205):
             return .rejected(reason: reason)
         case (400, _), (413, _), (422, _):
             return .split(reason: reason)
-        case (408, _), (429, _), (500..., _):
+        case (408, _), (425, _), (429, _), (500..., _):
             return .retry(reason: reason, retryAfter: response.retryAfter)
         case (300..<400, _), (..<200, _):
             return .retry(reason: reason, retryAfter: nil)
         default:
-            return .rejected(reason: reason)
+            return .refusedRequest(reason: reason, retryAfter: response.retryAfter)
         }
     }
 

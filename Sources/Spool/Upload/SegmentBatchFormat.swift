@@ -34,7 +34,9 @@ import Foundation
 /// later drops; check its debugger); 400 (invalid JSON, too large) and 413
 /// (RudderStack: too large) split the batch to isolate the event; 429 waits
 /// for `Retry-After`; 5xx and 408 retry; 401, 403, 404 (a wrong or disabled
-/// write key, a disabled source) and other 4xx dead-letter the events.
+/// write key, a disabled source) and other 4xx are refusals of the request:
+/// the events are kept and uploading is held back until the collector takes
+/// them (``UploadVerdict/standard(for:)``).
 public struct SegmentBatchFormat: BatchFormat {
     /// Segment's limit per request: 500 KB.
     public static let maximumRequestBytes = 500_000

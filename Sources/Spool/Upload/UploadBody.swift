@@ -70,6 +70,11 @@ struct UploadBatch: Sendable {
     let body: Data
     /// In log order; never empty.
     let positions: [Int64]
+    /// The first and last event's ids, and all of them as a JSON array, for
+    /// the record of what was sent.
+    let firstID: String
+    let lastID: String
+    let idsJSON: String
 
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
@@ -89,28 +94,35 @@ extension UploadBatch {
     /// formats' code specialized (no witness calls per event), any other
     /// format through the protocol.
     static func read(
-        after position: Int64, limit: Int, anyFormat format: any BatchFormat, maximumBytes: Int = .max,
-        from connection: Connection
+        after position: Int64, through last: Int64 = .max, limit: Int, anyFormat format: any BatchFormat,
+        maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         switch format {
         case let spool as SpoolBatchFormat:
-            return try read(after: position, limit: limit, format: spool, maximumBytes: maximumBytes, from: connection)
+            return try read(
+                after: position, through: last, limit: limit, format: spool, maximumBytes: maximumBytes,
+                from: connection)
         case let segment as SegmentBatchFormat:
             return try read(
-                after: position, limit: limit, format: segment, maximumBytes: maximumBytes, from: connection)
+                after: position, through: last, limit: limit, format: segment, maximumBytes: maximumBytes,
+                from: connection)
         case let kafka as KafkaRESTBatchFormat:
-            return try read(after: position, limit: limit, format: kafka, maximumBytes: maximumBytes, from: connection)
+            return try read(
+                after: position, through: last, limit: limit, format: kafka, maximumBytes: maximumBytes,
+                from: connection)
         default:
-            return try read(after: position, limit: limit, format: format, maximumBytes: maximumBytes, from: connection)
+            return try read(
+                after: position, through: last, limit: limit, format: format, maximumBytes: maximumBytes,
+                from: connection)
         }
     }
 
-    /// Builds the next batch straight from the rows after `position` (no
-    /// intermediate Strings): up to `limit` events, under `maximumBytes` and
-    /// `format`'s own limits. Nil when nothing is after `position`.
+    /// Builds the next batch straight from the rows after `position` and up
+    /// to `last` (no intermediate Strings): up to `limit` events, under
+    /// `maximumBytes` and `format`'s own limits. Nil when no event is there.
     static func read(
-        after position: Int64, limit: Int, format: some BatchFormat, maximumBytes: Int = .max,
-        from connection: Connection
+        after position: Int64, through last: Int64 = .max, limit: Int, format: some BatchFormat,
+        maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
@@ -121,10 +133,26 @@ extension UploadBatch {
         var positions: [Int64] = []
         positions.reserveCapacity(limit)
         var oversized: Read?
+        var firstID = ""
+        var lastID: [UInt8] = []  // reused: no allocation per event
+        var ids: [UInt8] = [UInt8(ascii: "[")]
+        ids.reserveCapacity(limit * 39 + 2)
         try connection.forEachEventRow(after: position, limit: limit) { row in
+            guard row.seq <= last else { return false }
             switch body.append(row) {
             case .added:
+                if positions.isEmpty {
+                    firstID = String(decoding: row.id, as: UTF8.self)
+                } else {
+                    ids.append(UInt8(ascii: ","))
+                }
+                // An id is a UUID: nothing in it to escape.
+                ids.append(UInt8(ascii: "\""))
+                ids.append(contentsOf: row.id)
+                ids.append(UInt8(ascii: "\""))
                 positions.append(row.seq)
+                lastID.removeAll(keepingCapacity: true)
+                lastID.append(contentsOf: row.id)
                 return true
             case .full:
                 return false
@@ -135,6 +163,9 @@ extension UploadBatch {
         }
         if let oversized { return oversized }
         guard !positions.isEmpty else { return nil }
-        return .batch(UploadBatch(body: body.finish(), positions: positions))
+        return .batch(
+            UploadBatch(
+                body: body.finish(), positions: positions, firstID: firstID,
+                lastID: String(decoding: lastID, as: UTF8.self), idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
     }
 }

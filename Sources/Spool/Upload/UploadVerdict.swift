@@ -10,13 +10,23 @@ public enum UploadVerdict: Sendable, Hashable {
     /// is down, busy or rate-limiting): they stay queued and are retried with
     /// backoff, or after `retryAfter` seconds when the collector said so.
     case retry(reason: String, retryAfter: TimeInterval?)
-    /// The request was refused as a whole, possibly because of its size or
-    /// one bad event: Spool sends each half again, down to single events, so
-    /// that only the events the collector refuses on their own are
-    /// dead-lettered.
+    /// The collector refused the request itself, not its events (a wrong
+    /// key, a disabled source, a path that is not there during a deploy):
+    /// the events stay queued, uploading is held back with backoff, and
+    /// ``UploadStatistics/heldBack`` and a
+    /// ``SpoolDiagnostic/Kind/uploadHeldBack`` diagnostic say why.
+    case refusedRequest(reason: String, retryAfter: TimeInterval?)
+    /// The collector refused something in the request (a bad event, or the
+    /// size): Spool sends each half on its own to find the events the
+    /// collector refuses while it accepts their neighbours, and dead-letters
+    /// only those. When both halves are refused too and nothing was accepted,
+    /// no event is singled out: the refusal is treated as
+    /// ``refusedRequest(reason:retryAfter:)``.
     case split(reason: String)
-    /// The collector will never take these events: they go to the dead
-    /// letters with the status and `reason`.
+    /// The collector will never take these events. A request of one event is
+    /// dead-lettered with the status and `reason`; a larger one is split as
+    /// ``split(reason:)`` is, so that only events singled out are
+    /// dead-lettered.
     case rejected(reason: String)
     /// The collector answered for each event, in request order (one result
     /// per event). Events up to the first ``EventResult/retry(reason:)`` are
@@ -37,22 +47,28 @@ public enum UploadVerdict: Sendable, Hashable {
     }
 
     /// Spool's reading of a plain HTTP answer, for collectors that answer per
-    /// request:
+    /// request. This switch is the classification table (the Uploading
+    /// article and docs/BEHAVIOUR.md show the same table):
     ///
-    /// | status | verdict |
-    /// |---|---|
-    /// | 2xx | accepted |
-    /// | 1xx, 3xx, 408, 429, 5xx | retry (honouring `Retry-After`) |
-    /// | 400, 413 | split |
-    /// | other 4xx | rejected |
+    /// | status | verdict | why |
+    /// |---|---|---|
+    /// | 2xx | accepted | delivered |
+    /// | 1xx, 3xx, 408, 425, 429, 5xx | retry (honouring `Retry-After`) | the collector is busy, moving or down |
+    /// | 400, 413, 422 | split | something in the request: find which events |
+    /// | 401, 403, 404, 405, 407, 411, 414, 415, any other 4xx | refused request | about the request, not its events |
+    ///
+    /// Spool applies three rules before this table that no format changes: a
+    /// gzip body answered 400 or 415 is sent once more uncompressed (with
+    /// ``UploadCompression/automatic``); a 1xx or 3xx keeps the events; only
+    /// a 2xx is delivery.
     public static func standard(for response: UploadResponse) -> UploadVerdict {
         let status = response.status
         if (200..<300).contains(status) { return .accepted }  // the common case: no reason to build
         let reason = describe(response)
         switch status {
-        case 400, 413: return .split(reason: reason)
-        case 408, 429: return .retry(reason: reason, retryAfter: response.retryAfter)
-        case 400..<500: return .rejected(reason: reason)
+        case 400, 413, 422: return .split(reason: reason)
+        case 408, 425, 429: return .retry(reason: reason, retryAfter: response.retryAfter)
+        case 400..<500: return .refusedRequest(reason: reason, retryAfter: response.retryAfter)
         default: return .retry(reason: reason, retryAfter: response.retryAfter)
         }
     }

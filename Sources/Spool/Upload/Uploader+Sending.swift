@@ -1,123 +1,156 @@
 import Foundation
 import SpoolStorage
 
-/// Sending a batch and acting on the collector's answer: the format's
-/// verdict, events settled one by one, dead letters, and what a 415 says
-/// about gzip.
+/// Sending a batch and reading the collector's answer: Spool's own rules
+/// (compression negotiated, redirects and interim answers kept, only a 2xx
+/// is delivery), then the format's verdict.
 extension Uploader {
-    /// Sends one batch and acts on the format's verdict on the answer.
+    /// One request and its answer.
+    struct Exchange: Sendable {
+        let answer: UploadClient.Answer
+        let compressed: Bool
+        let duration: TimeInterval
+        let sentAt: Date
+    }
+
+    /// What an answer means for the events of the request.
+    enum Reading {
+        case accepted
+        case perEvent([UploadVerdict.EventResult], status: Int)
+        /// Try later: no answer, a redirect, 5xx, 408, 429.
+        case transient(String, retryAfter: TimeInterval?, status: Int?)
+        /// About the request, not its events.
+        case requestRefused(String, retryAfter: TimeInterval?, status: Int)
+        /// Something in it was refused; `singled`: the format says these
+        /// very events (``UploadVerdict/rejected(reason:)``).
+        case eventsRefused(String, status: Int, singled: Bool)
+
+        var status: Int? {
+            switch self {
+            case .accepted: 200
+            case .perEvent(_, let status), .requestRefused(_, _, let status), .eventsRefused(_, let status, _):
+                status
+            case .transient(_, _, let status): status
+            }
+        }
+    }
+
+    /// Sends one batch and settles its events.
     ///
     /// - Returns: true when the collector took the whole batch (its position
-    ///   is saved with the next read); false when it was split, settled per
-    ///   event or dead-lettered (already saved).
+    ///   is saved with the next read); false when it was settled here.
     /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
     func send(_ batch: UploadBatch) async throws -> Bool {
-        let answer = await exchange(batch)
+        var compress = compresses
+        var exchanged = await exchange(batch, compress: compress)
+        if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
+            response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
+        {
+            // Perhaps the collector cannot read gzip: the same batch once
+            // more, uncompressed, before anything is split.
+            counters.requests += 1
+            counters.failedRequests += 1
+            note(batch, exchanged, .retried, detail: UploadVerdict.describe(response) + "; sent again uncompressed")
+            compress = false
+            exchanged = await exchange(batch, compress: false)
+            if case .response(let plain, _) = exchanged.answer, (200..<300).contains(plain.status) {
+                try learnGzipRefused(status: response.status)
+            }
+        }
+        let reading = read(exchanged.answer, eventCount: batch.count)
         counters.requests += 1
-        guard case .response(let response, let compressed) = answer else {
-            if case .failed(let reason) = answer { try backOff(reason, retryAfter: nil, events: batch.count) }
+        switch reading {
+        case .accepted:
+            note(batch, exchanged, .accepted)
+            if exchanged.compressed { gzipTaken = true }
+            largestAcceptedBody = max(largestAcceptedBody, batch.body.count)
+            counters.uploaded += batch.count
+            recovered()
+            return true
+        case .perEvent(let results, let status):
+            note(batch, exchanged, .settledPerEvent)
+            var outcomes: [Int64: EventOutcome] = [:]
+            for (index, position) in batch.positions.enumerated() {
+                outcomes[position] = EventOutcome(index < results.count ? results[index] : nil, status: status)
+            }
+            let settled = try settle(batch.positions, outcomes)
+            if outcomes.values.contains(where: { if case .rejected = $0 { true } else { false } }) {
+                counters.failedRequests += 1
+            }
+            if let retry = settled.retry { try backOff(retry, retryAfter: nil, events: settled.left) }
+            recovered()
             return false
+        case .transient(let reason, let retryAfter, _):
+            note(batch, exchanged, .retried, detail: reason)
+            try backOff(reason, retryAfter: retryAfter, events: batch.count)
+        case .requestRefused(let reason, let retryAfter, _):
+            note(batch, exchanged, .heldBack, detail: reason)
+            try holdBack(reason, retryAfter: retryAfter, events: batch.count)
+        case .eventsRefused(let reason, let status, let singled):
+            counters.failedRequests += 1
+            if batch.count == 1 && singled {
+                // The format's reading names this very event.
+                note(batch, exchanged, .deadLettered, detail: reason)
+                try settle(batch.positions, [batch.first: .rejected(reason, status: status)])
+                recovered()
+                return false
+            }
+            note(batch, exchanged, .bisected, detail: reason)
+            try await bisect(batch, status: status, reason: reason, compress: compress)
+            return false
+        }
+    }
+
+    /// Reads an answer by Spool's rules, then the format's verdict.
+    func read(_ answer: UploadClient.Answer, eventCount: Int) -> Reading {
+        guard case .response(let response, _) = answer else {
+            if case .failed(let reason) = answer { return .transient(reason, retryAfter: nil, status: nil) }
+            return .transient("no answer", retryAfter: nil, status: nil)
         }
         let status = response.status
         if (300..<400).contains(status) || status < 200 {
             // A redirect (or an interim answer) is never success and never a
             // reason to give up on the events, whatever the format says.
-            try backOff(
-                UploadVerdict.describe(response), retryAfter: status < 200 ? response.retryAfter : nil,
-                events: batch.count)
+            return .transient(
+                UploadVerdict.describe(response), retryAfter: status < 200 ? response.retryAfter : nil, status: status)
         }
-        if compressed && status == 415 && !Self.acceptsGzip(response) {
-            // The collector cannot read gzip (RFC 7694: a 415 that does not
-            // list gzip in Accept-Encoding). Identity from now on, and this
-            // batch again at once.
-            compresses = false
-            counters.failedRequests += 1
-            return try await send(batch)
-        }
-        var verdict = client.format.verdict(for: response, eventCount: batch.count)
-        if !(200..<300).contains(status) {
-            switch verdict {
-            case .accepted, .perEvent:
-                // Only a 2xx answer is delivery.
-                verdict = .retry(reason: UploadVerdict.describe(response), retryAfter: response.retryAfter)
-            case .retry, .split, .rejected: break
-            }
-        }
-        switch verdict {
-        case .accepted:
-            counters.uploaded += batch.count
-            recovered()
-            return true
+        switch client.format.verdict(for: response, eventCount: eventCount) {
+        case .accepted where (200..<300).contains(status):
+            return .accepted
+        case .perEvent(let results) where (200..<300).contains(status):
+            return .perEvent(results, status: status)
+        case .accepted, .perEvent:
+            // Only a 2xx answer is delivery.
+            return .transient(UploadVerdict.describe(response), retryAfter: response.retryAfter, status: status)
         case .retry(let reason, let retryAfter):
-            try backOff(reason, retryAfter: retryAfter, events: batch.count)
+            return .transient(reason, retryAfter: retryAfter, status: status)
+        case .refusedRequest(let reason, let retryAfter):
+            return .requestRefused(reason, retryAfter: retryAfter, status: status)
         case .split(let reason):
-            // Too large, or something in it is refused: split to isolate.
-            counters.failedRequests += 1
-            if batch.count == 1 {
-                try deadLetter(after: batch.first - 1, count: 1, status: status, reason: reason)
-            } else {
-                let half = batch.count / 2
-                try await sendRange(after: batch.first - 1, count: half)
-                try await sendRange(after: batch.positions[half - 1], count: batch.count - half)
-            }
-            return false
+            return .eventsRefused(reason, status: status, singled: false)
         case .rejected(let reason):
-            // The collector will never take these.
-            counters.failedRequests += 1
-            try deadLetter(after: batch.first - 1, count: batch.count, status: status, reason: reason)
-            return false
-        case .perEvent(let results):
-            try settle(batch, results: results, status: status)
-            return false
+            return .eventsRefused(reason, status: status, singled: true)
         }
     }
 
-    /// Sends the `count` events after `position`, saving each success at once.
-    /// Each read renews the lease, as the drain's reads do: a split can take
-    /// many requests.
-    func sendRange(after position: Int64, count: Int) async throws {
-        let (consumer, format) = (Self.consumerID, client.format)
-        let (owner, leaseDuration) = (self.owner, settings.leaseDuration)
-        var after = position
-        var remaining = count
-        while remaining > 0 {
-            let (start, limit) = (after, remaining)
-            let (read, heldBy) = try log.database.onQueue { connection in
-                try connection.transaction { () -> (UploadBatch.Read?, ConsumerLease?) in
-                    if let lease = try connection.acquireLease(
-                        consumer, owner: owner, now: Date().timeIntervalSince1970, duration: leaseDuration)
-                    {
-                        return (nil, lease)
-                    }
-                    let read = try UploadBatch.read(after: start, limit: limit, anyFormat: format, from: connection)
-                    return (read, nil)
-                }
-            }
-            if let heldBy { throw heldElsewhere(heldBy) }
-            switch read {
-            case nil:
-                return
-            case .oversized(let at, let bytes)?:
-                try deadLetterOversized(at: at, bytes: bytes)
-                after = at
-                remaining -= 1
-            case .batch(let batch)?:
-                if try await send(batch) {
-                    let last = batch.last
-                    _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: last) }
-                    signals.withLock { $0.position = max($0.position, last) }
-                }
-                after = batch.last
-                remaining -= batch.count
-            }
-        }
+    /// The collector took uncompressed what it refused gzipped: no gzip to
+    /// this URL from now on, in later launches too.
+    private func learnGzipRefused(status: Int) throws {
+        compresses = false
+        let (url, now) = (settings.url.absoluteString, Date().timeIntervalSince1970)
+        try log.database.onQueue { try $0.markCollectorRefusesGzip(url, at: now) }
+        diagnostics.report(
+            .compressionTurnedOff,
+            "the collector answered a gzip body with HTTP \(status) and took the same batch uncompressed; "
+                + "requests to \(url) are no longer compressed")
     }
 
     /// Builds the request and sends it through the client's transport or
     /// dispatcher, waiting at most `dispatchTimeout` (a later answer is
     /// ignored: the lease must outlive every request).
-    func exchange(_ batch: UploadBatch) async -> UploadClient.Answer {
-        let (client, url, compress, timeout) = (self.client, settings.url, compresses, settings.dispatchTimeout)
+    func exchange(_ batch: UploadBatch, compress: Bool) async -> Exchange {
+        let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
+        let sentAt = Date()
         let answer = await withCheckedContinuation { continuation in
             let once = Protected(false)
             let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
@@ -132,8 +165,8 @@ extension Uploader {
             let sender: String
             switch client.sender {
             case .dispatcher(let dispatcher):
-                // Called from here, as before there were transports: a
-                // dispatcher that answers at once costs no thread hop.
+                // Called from here: a dispatcher that answers at once costs
+                // no thread hop.
                 (cancel, sender) = ({}, "dispatcher")
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
@@ -170,90 +203,10 @@ extension Uploader {
             }
         }
         inFlightAbandon.withLock { $0 = nil }
-        return answer
-    }
-
-    // MARK: - Settling events
-
-    /// A success: the backoff starts over.
-    func recovered() {
-        failures = 0
-        retryAt = nil
-        lastFailure = nil
-    }
-
-    /// Per-event results: the events up to the first retriable failure are
-    /// settled in one transaction (rejected ones dead-lettered, the position
-    /// moved past all of them); from that failure on, everything stays
-    /// queued and is retried.
-    func settle(_ batch: UploadBatch, results: [UploadVerdict.EventResult], status: Int) throws {
-        var settled = 0
-        var accepted = 0
-        var rejected: [Int64: String] = [:]
-        var retryReason: String?
-        for index in 0..<batch.count {
-            let result = index < results.count ? results[index] : .retry(reason: "no result for this event")
-            switch result {
-            case .accepted:
-                accepted += 1
-            case .rejected(let reason):
-                rejected[batch.positions[index]] = reason
-            case .retry(let reason):
-                retryReason = "HTTP \(status), event \(index + 1) of \(batch.count): \(reason)"
-            }
-            if retryReason != nil { break }
-            settled = index + 1
-        }
-        if settled > 0 {
-            let (consumer, through, first) = (Self.consumerID, batch.positions[settled - 1], batch.first)
-            try log.database.onQueue { connection in
-                try connection.transaction {
-                    if !rejected.isEmpty {
-                        let events = try connection.readEvents(after: first - 1, limit: settled)
-                        let byReason = Dictionary(grouping: events.filter { rejected[$0.seq] != nil }) {
-                            rejected[$0.seq] ?? ""
-                        }
-                        for (reason, group) in byReason {
-                            try connection.deadLetter(group, status: status, reason: reason, consumer: consumer)
-                        }
-                    }
-                    try connection.advanceConsumerInTransaction(consumer, to: through)
-                }
-            }
-            signals.withLock { $0.position = max($0.position, through) }
-            counters.uploaded += accepted
-            if !rejected.isEmpty {
-                let reason = rejected.sorted { $0.key < $1.key }.first?.value ?? ""
-                diagnostics.report(
-                    .eventsDeadLettered, eventCount: rejected.count,
-                    "the collector refused \(rejected.count) of \(batch.count) events: \(reason)")
-            }
-        }
-        if let retryReason {
-            try backOff(retryReason, retryAfter: nil, events: batch.count - settled)
-        }
-        if !rejected.isEmpty { counters.failedRequests += 1 }
-        recovered()
-    }
-
-    func deadLetter(after start: Int64, count: Int, status: Int?, reason: String) throws {
-        let consumer = Self.consumerID
-        let last = try log.database.onQueue { connection -> Int64? in
-            let events = try connection.readEvents(after: start, limit: count)
-            try connection.deadLetter(events, status: status, reason: reason, consumer: consumer)
-            return events.last?.seq
-        }
-        if let last { signals.withLock { $0.position = max($0.position, last) } }
-        diagnostics.report(.eventsDeadLettered, eventCount: count, "the collector refused \(count) events: \(reason)")
-    }
-
-    /// An event over the format's per-event limit is never sent: no
-    /// collector of that kind would take it.
-    func deadLetterOversized(at position: Int64, bytes: Int) throws {
-        let limit = client.format.maximumEventBytes.map { " of \($0) bytes" } ?? ""
-        try deadLetter(
-            after: position - 1, count: 1, status: nil,
-            reason: "not sent: \(bytes) bytes, over the collector's per-event limit\(limit)")
+        let compressed: Bool
+        if case .response(_, let gzipped) = answer { compressed = gzipped } else { compressed = compress }
+        let duration = max(0, Date().timeIntervalSince(sentAt))
+        return Exchange(answer: answer, compressed: compressed, duration: duration, sentAt: sentAt)
     }
 
     /// Whether a 415 names gzip as a coding the collector accepts (then the

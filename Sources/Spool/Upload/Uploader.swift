@@ -18,7 +18,7 @@ import SpoolStorage
 /// accepted is never sent again by another process; a lease outlives the
 /// longest request, and a killed holder's lease expires.
 actor Uploader {
-    static let consumerID = "uploader"
+    static let consumerID = Connection.uploaderConsumer
 
     struct Settings: Sendable {
         var url: URL
@@ -71,9 +71,9 @@ actor Uploader {
     private var stopped: [CheckedContinuation<Void, Never>] = []
     var failures = 0
     var retryAt: Date?
-    private var retryTask: Task<Void, Never>?
+    var retryTask: Task<Void, Never>?
     private var timerTask: Task<Void, Never>?
-    private var random = FastRandom()
+    var random = FastRandom()
     private var closed = false
     /// Holds from ``pause()``: while above zero no pass starts.
     private var pauses = 0
@@ -81,8 +81,30 @@ actor Uploader {
     private var triggeredWhilePaused = false
     var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     var lastFailure: String?
-    /// Gzip bodies; off for good once the collector refuses gzip (415).
+    /// Why uploading is held back (the collector refused requests
+    /// themselves); nil once one is accepted.
+    var heldBack: String?
+    /// Gzip bodies; off for good once the collector is found not to read them.
     var compresses: Bool
+    /// `.automatic` compression through Spool's transport: a gzip body
+    /// answered 400 or 415 is sent once more uncompressed.
+    let negotiatesCompression: Bool
+    /// The collector accepted a gzip body in this launch: a 400 to a later
+    /// one is about its events, not the coding.
+    var gzipTaken = false
+    /// The largest body (before compression) the collector accepted in this
+    /// launch: a 413 to a larger one-event body singles that event out.
+    var largestAcceptedBody = 0
+    let deadLetterLimits: DeadLetterLimits
+    /// Where each request's result goes (nil: nobody listens).
+    let results: UploadResultCenter?
+    /// Results not yet in `upload_batches`: written with the next transaction.
+    var unsavedRecords: [UploadBatchRecord] = []
+    /// What says whether the system has a network path (nil: nothing does).
+    private let networkPath: (any NetworkPathSource)?
+    /// False while the system says there is no network path: automatic
+    /// uploads wait for one (an explicit `flush()` still tries).
+    var networkAvailable = true
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -92,14 +114,24 @@ actor Uploader {
 
     init(
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
-        diagnostics: DiagnosticsCenter, isAllowed: @escaping @Sendable () -> Bool
+        diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
+        deadLetterLimits: DeadLetterLimits = .default, networkPath: (any NetworkPathSource)? = nil,
+        isAllowed: @escaping @Sendable () -> Bool
     ) {
+        self.networkPath = networkPath
         self.owner = owner
         self.log = log
         // A DefaultEventDispatcher brings its format, options and transport;
         // any other dispatcher gets Spool's body as given.
         client = (dispatcher as? DefaultEventDispatcher)?.client ?? UploadClient(dispatcher: dispatcher)
         compresses = client.compresses
+        if case .transport = client.sender, client.options.compression == .automatic, client.compresses {
+            negotiatesCompression = true
+        } else {
+            negotiatesCompression = false
+        }
+        self.results = results
+        self.deadLetterLimits = deadLetterLimits
         self.settings = settings
         self.diagnostics = diagnostics
         self.isAllowed = isAllowed
@@ -108,9 +140,18 @@ actor Uploader {
     /// Registers the consumer, derives what is pending from positions (no
     /// count over the log, however long) and starts the timer.
     func start() async throws {
-        let (position, head) = try log.database.onQueue { connection in
-            (try connection.registerConsumer(Self.consumerID, startingAt: .oldest), try connection.headPosition())
+        let (url, limits, negotiates) = (settings.url.absoluteString, deadLetterLimits, negotiatesCompression)
+        let (position, head, refusesGzip) = try log.database.onQueue { connection in
+            try connection.transaction {
+                try self.enforce(limits, connection)
+                return (
+                    try connection.registerConsumer(Self.consumerID, startingAt: .oldest),
+                    try connection.headPosition(),
+                    negotiates ? try connection.collectorRefusesGzip(url) : false
+                )
+            }
         }
+        if refusesGzip { compresses = false }
         let pending = signals.withLock { signals in
             signals.position = position
             signals.head = head
@@ -128,7 +169,22 @@ actor Uploader {
                 }
             }
         }
+        // A task per path change (rare): the one way from the monitor's
+        // queue onto the actor.
+        networkPath?.start { [weak self] available in Task { await self?.networkChanged(available: available) } }
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
+    }
+
+    /// The system found a network path, or lost the last one. When one
+    /// returns, what waits goes out at once: the backoff was for a collector
+    /// that could not be reached.
+    private func networkChanged(available: Bool) {
+        guard available != networkAvailable else { return }
+        networkAvailable = available
+        guard available else { return }
+        retryAt = nil
+        retryTask?.cancel()
+        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// Stops the timer and retries and lets a request in flight finish (at
@@ -139,6 +195,7 @@ actor Uploader {
     /// least once).
     func stop(patience: TimeInterval = 5) async {
         closed = true
+        networkPath?.cancel()
         timerTask?.cancel()
         retryTask?.cancel()
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
@@ -201,7 +258,7 @@ actor Uploader {
         }
     }
 
-    private func trigger(force: Bool) {
+    func trigger(force: Bool) {
         signals.withLock { $0.flushRequested = false }
         guard !closed else { return }
         guard pauses == 0 else {
@@ -273,7 +330,14 @@ actor Uploader {
     /// while paused.
     func discard(through position: Int64) throws {
         let consumer = Self.consumerID
-        _ = try log.database.onQueue { try $0.advanceConsumer(consumer, to: position) }
+        // Dead letters recorded before are discarded too: put back later,
+        // they would be uploaded.
+        _ = try log.database.onQueue { connection in
+            try connection.transaction {
+                try connection.deleteDeadLetters(through: position)
+                return try connection.advanceConsumerInTransaction(consumer, to: position)
+            }
+        }
         signals.withLock { $0.position = max($0.position, position) }
     }
 
@@ -303,12 +367,13 @@ actor Uploader {
     private func drain(force: Bool) async throws {
         // Each database call saves the previous batch's success, renews the
         // lease and reads the next batch, in one transaction.
-        var uploadedThrough: Int64?
+        var uploaded: (first: Int64, last: Int64)?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
+            if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
-            let step = try saveAndRead(through: uploadedThrough)
-            uploadedThrough = nil
+            let step = try saveAndRead(uploaded)
+            uploaded = nil
             switch step {
             case .empty:
                 // Drained: the file gives back what the queue no longer needs.
@@ -319,10 +384,10 @@ actor Uploader {
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
             case .batch(let batch):
-                if try await send(batch) { uploadedThrough = batch.last }
+                if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let through = uploadedThrough { _ = try saveAndRead(through: through, read: false) }
+        if let uploaded { _ = try saveAndRead(uploaded, read: false) }
     }
 
     /// Another process holds the lease: retry when it is free.
@@ -335,34 +400,45 @@ actor Uploader {
     /// (deleting the prefix every consumer finished), takes or renews the
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up.
-    private func saveAndRead(through: Int64?, read: Bool = true) throws -> Step {
+    private func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
-        let (step, position, head) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64) in
-                if let through { try connection.advanceConsumerInTransaction(consumer, to: through) }
+        let records = takeRecords()
+        let (step, position, head, passed) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64, Int64) in
+                try connection.recordUploadBatches(records)
+                var passed: Int64 = 0
+                if let uploaded {
+                    // Events the queue bound dropped while their request was
+                    // in flight are counted as dropped, not uploaded as well.
+                    let before = try connection.position(of: consumer) ?? 0
+                    passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
+                    try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
+                }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
                 guard read else {
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
                 let now = Date().timeIntervalSince1970
                 if let lease = try connection.acquireLease(
                     consumer, owner: owner, now: now, duration: settings.leaseDuration)
                 {
-                    return (.heldElsewhere(lease), position, head)
+                    return (.heldElsewhere(lease), position, head, passed)
                 }
                 switch try UploadBatch.read(
                     after: position, limit: settings.batchSize, anyFormat: format, from: connection)
                 {
-                case .batch(let batch)?: return (.batch(batch), position, head)
-                case .oversized(let at, let bytes)?: return (.oversized(position: at, bytes: bytes), position, head)
+                case .batch(let batch)?: return (.batch(batch), position, head, passed)
+                case .oversized(let at, let bytes)?:
+                    return (.oversized(position: at, bytes: bytes), position, head, passed)
                 case nil:
                     try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head)
+                    return (.empty, position, head, passed)
                 }
             }
         }
+        counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
             signals.head = max(signals.head, head)
@@ -370,64 +446,4 @@ actor Uploader {
         return step
     }
 
-    func backOff(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
-        counters.failedRequests += 1
-        failures += 1
-        lastFailure = reason
-        let delay = settings.retry.delay(attempt: failures, retryAfter: retryAfter, random: &random)
-        scheduleRetry(after: delay)
-        diagnostics.report(
-            .uploadFailed, eventCount: events,
-            "an upload failed (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
-        throw UploadError.retryable(reason)
-    }
-
-    /// Another process holds the lease: try again once it expires.
-    private func retryWhenFree(_ lease: ConsumerLease) {
-        let delay = max(1, min(settings.leaseDuration, lease.expires - Date().timeIntervalSince1970))
-        scheduleRetry(after: delay, keepBackoff: true)
-    }
-
-    private func scheduleRetry(after delay: TimeInterval, keepBackoff: Bool = false) {
-        if !keepBackoff { retryAt = Date().addingTimeInterval(delay) }
-        retryTask?.cancel()
-        // A task, not structured work: the retry outlives the flush that
-        // failed, and is cancelled by the next one or by stop().
-        retryTask = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: Self.nanoseconds(delay))  // try?: cancelled means no retry
-            guard !Task.isCancelled else { return }
-            await self?.retryDue()
-        }
-    }
-
-    private func retryDue() {
-        retryAt = nil
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
-    }
-
-    /// `seconds` as whole nanoseconds for `Task.sleep`, saturating instead of
-    /// trapping on a huge or non-finite interval. The cap is `Int64.max`:
-    /// older concurrency runtimes end a longer sleep at once.
-    static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
-        let nanoseconds = seconds * 1e9
-        guard nanoseconds > 0 else { return 0 }  // also NaN
-        return nanoseconds < 9.2e18 ? UInt64(nanoseconds) : UInt64(Int64.max)
-    }
-
-    // MARK: - Statistics
-
-    func statistics() throws -> UploadStatistics {
-        let (dropped, deadLettered, position, head) = try log.database.onQueue { connection in
-            (
-                try connection.droppedCount(of: Self.consumerID),
-                try connection.deadLetterCount(),
-                try connection.position(of: Self.consumerID) ?? 0,
-                try connection.headPosition()
-            )
-        }
-        return UploadStatistics(
-            pending: Int(clamping: max(0, head - position)), dropped: dropped, deadLettered: deadLettered,
-            uploaded: counters.uploaded, requests: counters.requests, failedRequests: counters.failedRequests,
-            lastFailure: lastFailure, nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) })
-    }
 }

@@ -1,0 +1,289 @@
+import Foundation
+
+extension StoredEvent {
+    /// The row a `SELECT seq, id, name, parameters, recorded_at, session_id,
+    /// priority, uploader_only` stands on.
+    init(_ statement: Statement) {
+        self.init(
+            seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
+            parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+            sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0,
+            uploaderOnly: statement.int64(at: 7) != 0)
+    }
+}
+
+/// One request's outcome, as the `upload_batches` table keeps it.
+package struct UploadBatchRecord: Sendable {
+    package var sentAt: Double
+    package var firstSeq: Int64
+    package var lastSeq: Int64
+    package var firstEventID: String
+    package var lastEventID: String
+    package var eventCount: Int
+    /// The ids as a JSON array, in request order.
+    package var eventIDs: String
+    package var status: Int?
+    package var outcome: String
+    package var detail: String?
+    package var compressed: Bool
+    package var bodyBytes: Int
+    package var durationMilliseconds: Double
+
+    package init(
+        sentAt: Double, firstSeq: Int64, lastSeq: Int64, firstEventID: String, lastEventID: String, eventCount: Int,
+        eventIDs: String, status: Int?, outcome: String, detail: String?, compressed: Bool, bodyBytes: Int,
+        durationMilliseconds: Double
+    ) {
+        self.eventIDs = eventIDs
+        self.sentAt = sentAt
+        self.firstSeq = firstSeq
+        self.lastSeq = lastSeq
+        self.firstEventID = firstEventID
+        self.lastEventID = lastEventID
+        self.eventCount = eventCount
+        self.status = status
+        self.outcome = outcome
+        self.detail = detail
+        self.compressed = compressed
+        self.bodyBytes = bodyBytes
+        self.durationMilliseconds = durationMilliseconds
+    }
+}
+
+// MARK: - Exact reads, dead letters and what the uploader learnt (on the database queue)
+
+extension Connection {
+    /// The uploader's consumer id: the one consumer that reads the
+    /// `uploader_only` rows.
+    package static let uploaderConsumer = "uploader"
+
+    /// Deletes the dead letters of events at or before `position`.
+    package func deleteDeadLetters(through position: Int64) throws {
+        try withStatement("DELETE FROM dead_letters WHERE seq <= ?") { statement in
+            try statement.bind(position, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// The events still in the log among positions `first...last`, in log
+    /// order: a request's events as they were sent (positions are never
+    /// reused, so nothing else can be in that range; events the retention
+    /// bound deleted meanwhile are missing).
+    package func readEvents(from first: Int64, through last: Int64) throws -> [StoredEvent] {
+        try withStatement(
+            """
+            SELECT seq, id, name, parameters, recorded_at, session_id, priority, uploader_only \
+            FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq
+            """
+        ) { statement in
+            try statement.bind(first, at: 1)
+            try statement.bind(last, at: 2)
+            var events: [StoredEvent] = []
+            while try statement.step() { events.append(StoredEvent(statement)) }
+            return events
+        }
+    }
+
+    /// Deletes dead letters beyond `maximumCount` (oldest first) and those
+    /// that failed before `failedBefore`, counting each kind in `counters`.
+    ///
+    /// - Returns: how many were deleted.
+    @discardableResult
+    package func enforceDeadLetterLimits(maximumCount: Int?, failedBefore: Double?) throws -> Int {
+        var evicted = 0
+        if let failedBefore {
+            let aged = try withStatement("DELETE FROM dead_letters WHERE failed_at < ?") { statement in
+                try statement.bind(failedBefore, at: 1)
+                try statement.step()
+                return changes
+            }
+            try addToCounter("dead_letters_evicted_age", aged)
+            evicted += aged
+        }
+        if let maximumCount {
+            let counted = try withStatement(
+                """
+                DELETE FROM dead_letters WHERE seq IN \
+                (SELECT seq FROM dead_letters ORDER BY seq DESC LIMIT -1 OFFSET ?)
+                """
+            ) { statement in
+                try statement.bind(max(0, maximumCount), at: 1)
+                try statement.step()
+                return changes
+            }
+            try addToCounter("dead_letters_evicted_count", counted)
+            evicted += counted
+        }
+        return evicted
+    }
+
+    /// Puts the dead letters matching `status` and `reasonContaining` (nil:
+    /// any) back at the tail of the log, oldest first, with their ids, for
+    /// the uploader only; in one transaction. With a retention bound
+    /// (`maximumRetained`), at most as many as it leaves room for, so that
+    /// the next commit does not drop queued events to make room for them.
+    ///
+    /// - Returns: how many were put back, and the log's new head.
+    package func requeueDeadLetters(status: Int?, reasonContaining: String?, maximumRetained: Int?) throws -> (
+        count: Int, head: Int64
+    ) {
+        try transaction {
+            var head = try headPosition()
+            var room = Int.max
+            if let maximumRetained {
+                let oldest = try withStatement("SELECT min(seq) FROM events") { statement -> Int64? in
+                    try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
+                }
+                let retained = oldest.map { Int(clamping: head - $0 + 1) } ?? 0
+                room = max(0, maximumRetained - retained)
+            }
+            guard room > 0 else { return (0, head) }
+            let matching = """
+                FROM dead_letters WHERE (?1 IS NULL OR status = ?1) \
+                AND (?2 IS NULL OR instr(reason, ?2) > 0)
+                """
+            let rows = try withStatement(
+                "SELECT seq, id, name, parameters, recorded_at, session_id \(matching) ORDER BY seq LIMIT ?3"
+            ) { statement in
+                if let status { try statement.bind(status, at: 1) } else { try statement.bindNull(at: 1) }
+                if let reasonContaining { try statement.bind(reasonContaining, at: 2) } else { try statement.bindNull(at: 2) }
+                try statement.bind(room == .max ? -1 : room, at: 3)
+                var rows: [StoredEvent] = []
+                while try statement.step() {
+                    rows.append(
+                        StoredEvent(
+                            seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
+                            parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+                            sessionID: statement.optionalString(at: 5), priority: false))
+                }
+                return rows
+            }
+            guard !rows.isEmpty else { return (0, head) }
+            var bytesTotal = try bytesTotal()
+            try withStatement(
+                """
+                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
+                bytes_before) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?)
+                """
+            ) { statement in
+                for row in rows {
+                    head += 1
+                    try statement.bind(bytesTotal, at: 7)
+                    bytesTotal += Int64(Self.boundBytes(name: row.name, parametersJSON: row.parametersJSON))
+                    try statement.bind(head, at: 1)
+                    try statement.bind(row.id, at: 2)
+                    try statement.bind(row.name, at: 3)
+                    try statement.bind(row.parametersJSON, at: 4)
+                    try statement.bind(row.recordedAt, at: 5)
+                    try statement.bind(row.sessionID, at: 6)
+                    try statement.step()
+                    statement.resetKeepingBindings()
+                }
+            }
+            try withStatement("UPDATE log_head SET last_seq = ?, bytes_total = ? WHERE id = 1") { statement in
+                try statement.bind(head, at: 1)
+                try statement.bind(bytesTotal, at: 2)
+                try statement.step()
+            }
+            try withStatement("DELETE FROM dead_letters WHERE seq = ?") { statement in
+                for row in rows {
+                    try statement.bind(row.seq, at: 1)
+                    try statement.step()
+                    statement.resetKeepingBindings()
+                }
+            }
+            return (rows.count, head)
+        }
+    }
+
+    /// Adds `amount` to the counter `name` (created at zero).
+    package func addToCounter(_ name: String, _ amount: Int) throws {
+        guard amount != 0 else { return }
+        try withStatement(
+            "INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value"
+        ) { statement in
+            try statement.bind(name, at: 1)
+            try statement.bind(amount, at: 2)
+            try statement.step()
+        }
+    }
+
+    /// The counter `name`, 0 when it was never added to.
+    package func counter(_ name: String) throws -> Int {
+        try withStatement("SELECT value FROM counters WHERE name = ?") { statement in
+            try statement.bind(name, at: 1)
+            return try statement.step() ? statement.int(at: 0) : 0
+        }
+    }
+
+    /// Whether the collector at `url` was found not to read gzip bodies.
+    package func collectorRefusesGzip(_ url: String) throws -> Bool {
+        try withStatement("SELECT gzip_refused_at IS NOT NULL FROM collectors WHERE url = ?") { statement in
+            try statement.bind(url, at: 1)
+            return try statement.step() && statement.int(at: 0) != 0
+        }
+    }
+
+    /// Remembers that the collector at `url` does not read gzip bodies.
+    package func markCollectorRefusesGzip(_ url: String, at time: Double) throws {
+        try withStatement(
+            """
+            INSERT INTO collectors (url, gzip_refused_at) VALUES (?, ?) \
+            ON CONFLICT (url) DO UPDATE SET gzip_refused_at = excluded.gzip_refused_at
+            """
+        ) { statement in
+            try statement.bind(url, at: 1)
+            try statement.bind(time, at: 2)
+            try statement.step()
+        }
+    }
+
+    /// How many rows `upload_batches` keeps at most.
+    package static let uploadBatchesKept: Int64 = 1_000
+    /// How many events the rows of `upload_batches` carry at most, together
+    /// (their ids are kept: about 40 bytes each).
+    package static let uploadBatchEventsKept: Int64 = 20_000
+
+    /// Appends one request's outcome to `upload_batches`, keeping the last
+    /// ``uploadBatchesKept`` rows, and no more than ``uploadBatchEventsKept``
+    /// events between them.
+    package func recordUploadBatch(_ record: UploadBatchRecord) throws {
+        let before = try withStatement(
+            "SELECT events_before + event_count FROM upload_batches ORDER BY id DESC LIMIT 1"
+        ) { statement -> Int64 in
+            try statement.step() ? statement.int64(at: 0) : 0
+        }
+        let id = try withStatement(
+            """
+            INSERT INTO upload_batches (sent_at, first_seq, last_seq, first_event_id, last_event_id, event_count, \
+            event_ids, events_before, status, outcome, detail, compressed, body_bytes, duration_ms) \
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?13, ?14, ?7, ?8, ?9, ?10, ?11, ?12)
+            """
+        ) { statement -> Int64 in
+            try statement.bind(record.eventIDs, at: 13)
+            try statement.bind(before, at: 14)
+            try statement.bind(record.sentAt, at: 1)
+            try statement.bind(record.firstSeq, at: 2)
+            try statement.bind(record.lastSeq, at: 3)
+            try statement.bind(record.firstEventID, at: 4)
+            try statement.bind(record.lastEventID, at: 5)
+            try statement.bind(record.eventCount, at: 6)
+            if let status = record.status { try statement.bind(status, at: 7) } else { try statement.bindNull(at: 7) }
+            try statement.bind(record.outcome, at: 8)
+            try statement.bind(record.detail.map { String($0.prefix(500)) }, at: 9)
+            try statement.bind(record.compressed ? 1 : 0, at: 10)
+            try statement.bind(record.bodyBytes, at: 11)
+            try statement.bind(record.durationMilliseconds, at: 12)
+            try statement.step()
+            return lastInsertRowID
+        }
+        let events = before + Int64(record.eventCount)
+        try withStatement(
+            "DELETE FROM upload_batches WHERE id <= ? OR events_before + event_count <= ?"
+        ) { statement in
+            try statement.bind(id - Self.uploadBatchesKept, at: 1)
+            try statement.bind(events - Self.uploadBatchEventsKept, at: 2)
+            try statement.step()
+        }
+    }
+}
