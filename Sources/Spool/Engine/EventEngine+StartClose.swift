@@ -1,7 +1,7 @@
 import Foundation
 import SpoolStorage
 
-// MARK: - Opening and closing
+// MARK: - Starting and closing
 
 extension EventEngine {
     /// Opens and migrates the database, starts a session (recording
