@@ -56,15 +56,16 @@ struct DrainBenchmarks {
 
     func dispatcherDrain() async throws {
         let count = quick ? 50_000 : 200_000
-        let comparison = try await Comparison.measure(rounds: quick ? 3 : 5) {
+        let comparison = try await Comparison.measure(rounds: quick ? 3 : 5, target: 0.7) {
             try await spoolDrain(count: count)
         } baseline: {
             rawDrain(count: count)
         }
         report.add(
-            comparison, area: "upload", unit: "events/s", spool: "Spool drain, 100/batch, transport stubbed",
+            comparison, area: "upload", unit: "events/s", spool: "Spool drain, 100/batch, custom dispatcher stubbed",
             spoolDetail: "read + body build + advance + delete, \(count) events",
-            baseline: "raw SQLite drain: select 100 oldest + delete", ratio: "ratio Spool drain / raw drain",
+            baseline: "raw SQLite drain: select 100 oldest + delete",
+            ratio: "ratio Spool drain through a custom dispatcher / raw drain",
             target: 0.7)
     }
 
@@ -74,7 +75,9 @@ struct DrainBenchmarks {
         let engine = EventEngine(configuration: Self.stubbedConfiguration(database: scratch.database, dispatcher: stub))
         try await engine.start()
         // Fill while the stub refuses; the first refusal parks the uploader in backoff.
-        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count {
+            try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
+        }
         return try await Self.timeDrain(engine, of: count, in: scratch.database) { stub.status.withLock { $0 = 200 } }
     }
 
@@ -104,15 +107,25 @@ struct DrainBenchmarks {
             count: count, perTransaction: 1_000, id: "0190f3a2-7c1e-7b44-9a55-6f1d2e3c4b5a",
             name: AppendBenchmarks.name,
             parameters: ListenerBenchmarks.encodedParameters, session: AppendBenchmarks.session)
+        raw.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+        let start = now()
+        let drained = Self.rawDrainLoop(raw)
+        precondition(drained == count)
+        return Double(count) / seconds(since: start)
+    }
+
+    /// Drains the raw table 100 oldest rows per transaction (select, read
+    /// the text columns, delete), calling `afterBatch` with the running count
+    /// after each; returns how many it drained.
+    @discardableResult
+    static func rawDrainLoop(_ raw: RawSQLite, afterBatch: (Int) -> Void = { _ in }) -> Int {
         let select = raw.prepare(
             "SELECT seq, id, name, parameters, recorded_at, session_id FROM events ORDER BY seq LIMIT 100")
         let delete = raw.prepare("DELETE FROM events WHERE seq <= ?")
-        raw.exec("PRAGMA wal_checkpoint(TRUNCATE)")
         defer {
             sqlite3_finalize(select)
             sqlite3_finalize(delete)
         }
-        let start = now()
         var drained = 0
         while true {
             raw.exec("BEGIN IMMEDIATE")
@@ -131,58 +144,35 @@ struct DrainBenchmarks {
             blackHole(bytes)
             if rows == 0 {
                 raw.exec("COMMIT")
-                break
+                return drained
             }
             sqlite3_bind_int64(delete, 1, last)
             precondition(sqlite3_step(delete) == SQLITE_DONE)
             sqlite3_reset(delete)
             raw.exec("COMMIT")
             drained += rows
+            afterBatch(drained)
         }
-        precondition(drained == count)
-        return Double(count) / seconds(since: start)
     }
 
     // MARK: - end to end
 
     func endToEnd() async throws {
-        let script = "Tests/Collector/collector.py"
-        guard FileManager.default.fileExists(atPath: script) else {
-            print("skipping the end-to-end upload: run spool-bench from the package root (needs \(script))")
-            return
-        }
+        guard let collector = LoopbackCollector(purpose: "the end-to-end upload") else { return }
+        defer { collector.stop() }
         let scratch = Scratch("e2e")
-        let log = scratch.url.appendingPathComponent("collector.jsonl")
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let collector = Process()
-        collector.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        collector.arguments = ["python3", script, "--log", log.path, "--lifetime", "120"]
-        let pipe = Pipe()
-        collector.standardOutput = pipe
-        try collector.run()
-        defer {
-            // SIGKILL: a child can inherit a blocked SIGTERM from this process.
-            kill(collector.processIdentifier, SIGKILL)
-            collector.waitUntilExit()
-        }
-        let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
-        guard
-            let port = line.split(separator: " ").last.flatMap({
-                Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
-            })
-        else {
-            print("skipping the end-to-end upload: the collector did not start (\(line))")
-            return
-        }
+        let log = collector.log
         let count = quick ? 20_000 : 100_000
         let dispatcher = DefaultEventDispatcher(batchSize: 100, timerInterval: 60, maxQueueSize: count * 2)
         let engine = EventEngine(
             configuration: EngineConfiguration(
-                database: .file(scratch.database), collectorURL: URL(string: "http://127.0.0.1:\(port)/collect")!,
+                database: .file(scratch.database), collectorURL: collector.url,
                 dispatcher: dispatcher))
         try await engine.start()
         let start = now()
-        for _ in 0..<count { try engine.record(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count {
+            try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
+        }
         try await engine.flush()
         let elapsed = seconds(since: start)
         let statistics = try await engine.uploadStatistics()

@@ -50,3 +50,50 @@ func measureEvaluation(_ condition: SurveyCondition, times: Int, in engine: Even
         }
     }
 }
+
+// MARK: - Appends the writer could not make room for
+
+/// How many `record` and `append` calls in this process threw `bufferFull`
+/// and were tried again (`recordRetrying`, `appendRetrying`).
+let refusedAndRetried = Locked(0)
+
+/// Tries `body` again when it throws `bufferFull` — the writer made no room
+/// within `EventLog.maximumWaitForRoom` (2 s), which a machine busy enough to
+/// stall one group commit that long causes — at most 30 times (a minute),
+/// counting each refusal in `refusedAndRetried`.
+@inline(__always)
+func retryingBufferFull<T>(_ body: () throws -> T) throws -> T {
+    var attempts = 0
+    while true {
+        do {
+            return try body()
+        } catch let error where attempts < 30 && isBufferFull(error) {
+            attempts += 1
+            refusedAndRetried.withLock { $0 += 1 }
+        }
+    }
+}
+
+private func isBufferFull(_ error: any Error) -> Bool {
+    switch error {
+    case SpoolError.bufferFull, StorageError.bufferFull: return true
+    default: return false
+    }
+}
+
+extension EventEngine {
+    /// `record`, tried again while it throws `SpoolError.bufferFull`
+    /// (`retryingBufferFull`).
+    func recordRetrying(_ name: String, parameters: [String: EventValue] = [:]) throws {
+        try retryingBufferFull { _ = try record(name, parameters: parameters) }
+    }
+}
+
+extension EventLog {
+    /// `append`, tried again while it throws `StorageError.bufferFull`
+    /// (`retryingBufferFull`).
+    @discardableResult
+    func appendRetrying(_ record: EventRecord) throws -> AppendReceipt {
+        try retryingBufferFull { try append(record) }
+    }
+}

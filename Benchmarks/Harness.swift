@@ -27,16 +27,21 @@ func seconds(since start: UInt64) -> Double {
     Double(now() - start) / 1e9
 }
 
-/// User and system CPU seconds this process has used, every thread.
-func processCPUTime() -> Double {
-    var usage = rusage()
-    #if os(Linux)
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-    #else
-        getrusage(RUSAGE_SELF, &usage)
-    #endif
-    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+/// User and system CPU seconds this process has used, every thread; with
+/// `children`, those of its children it has waited for too.
+func processCPUTime(children: Bool = false) -> Double {
+    var total = 0.0
+    for who in children ? [RUSAGE_SELF, RUSAGE_CHILDREN] : [RUSAGE_SELF] {
+        var usage = rusage()
+        #if os(Linux)
+            getrusage(who.rawValue, &usage)
+        #else
+            getrusage(who, &usage)
+        #endif
+        func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+        total += seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+    return total
 }
 
 // MARK: - Statistics
@@ -58,6 +63,33 @@ struct Samples {
 
     /// (max - min) / median, as a percentage: how noisy the runs were.
     var spreadPercent: Double { median == 0 ? 0 : (max - min) / median * 100 }
+
+    /// A distribution-free interval of the median of about 95%: the order
+    /// statistics X(k) and X(n-k+1) for the largest k whose binomial tail
+    /// P(B ≤ k-1), B ~ Bin(n, ½), is at most 2.5%. Below six samples no k
+    /// reaches 95% and the interval is min…max; from six on it narrows as
+    /// samples are added (9 samples: the 2nd and 8th).
+    var medianInterval: (low: Double, high: Double) {
+        let sorted = self.sorted
+        let n = sorted.count
+        guard n > 0 else { return (.nan, .nan) }
+        var k = 1
+        var probability = pow(0.5, Double(n))  // P(B = j), from j = 0
+        var tail = 0.0
+        for j in 0..<n {
+            tail += probability
+            guard tail <= 0.025 else { break }
+            k = j + 1
+            probability *= Double(n - j) / Double(j + 1)
+        }
+        return (sorted[k - 1], sorted[n - k])
+    }
+
+    /// The width of `medianInterval` against the median, as a percentage.
+    var intervalPercent: Double {
+        let interval = medianInterval
+        return median == 0 ? 0 : (interval.high - interval.low) / median * 100
+    }
 }
 
 // MARK: - Memory
@@ -122,163 +154,6 @@ func formatMegabytes(_ value: Double) -> String {
     }
 #endif
 
-// MARK: - Results
-
-/// One row of the results table.
-struct Row: Codable {
-    enum Comparison: String, Codable {
-        case atLeast = "≥"
-        case atMost = "≤"
-    }
-
-    var area: String
-    var name: String
-    var value: Double
-    var unit: String
-    var detail: String = ""
-    var target: Double? = nil
-    var comparison: Comparison? = nil
-
-    var passed: Bool? {
-        guard let target, let comparison else { return nil }
-        switch comparison {
-        case .atLeast: return value >= target
-        case .atMost: return value <= target
-        }
-    }
-
-    /// JSON coders that carry an unknown value (NaN, "n/a") as the string
-    /// "NaN" instead of failing.
-    static func encoder() -> JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(
-            positiveInfinity: "Infinity", negativeInfinity: "-Infinity", nan: "NaN")
-        return encoder
-    }
-
-    static func decoder() -> JSONDecoder {
-        let decoder = JSONDecoder()
-        decoder.nonConformingFloatDecodingStrategy = .convertFromString(
-            positiveInfinity: "Infinity", negativeInfinity: "-Infinity", nan: "NaN")
-        return decoder
-    }
-}
-
-final class Report {
-    private(set) var rows: [Row] = []
-    /// In a child phase, rows go to standard output as JSON for the parent.
-    var emitsJSONLines = false
-
-    func add(_ row: Row) {
-        rows.append(row)
-        if emitsJSONLines {
-            let data = try! Row.encoder().encode(row)
-            print("ROW " + String(decoding: data, as: UTF8.self))
-        } else {
-            print(format(row))
-        }
-    }
-
-    /// Runs `phase` in a fresh child process (this executable with `--phase`),
-    /// so its memory measurements start clean, and adds the rows it reports.
-    func runIsolated(_ phase: String, quick: Bool) throws {
-        _ = try runIsolatedValues(phase, quick ? ["--quick"] : [])
-    }
-
-    /// Runs a phase in a fresh process with `arguments` and returns the
-    /// values it printed as `VALUE <key> <number>` (rows it printed are added).
-    func runIsolatedValues(_ phase: String, _ arguments: [String]) throws -> [String: Double] {
-        let output = try runPhase(phase, arguments)
-        var values: [String: Double] = [:]
-        for line in output.split(separator: "\n") {
-            if line.hasPrefix("ROW ") { add(try Row.decoder().decode(Row.self, from: Data(line.dropFirst(4).utf8))) }
-            let fields = line.split(separator: " ")
-            if fields.count == 3, fields[0] == "VALUE", let value = Double(fields[2]) {
-                values[String(fields[1])] = value
-            }
-        }
-        return values
-    }
-
-    /// Runs this executable with `--phase phase` and `arguments` and returns
-    /// its standard output.
-    private func runPhase(_ phase: String, _ arguments: [String]) throws -> String {
-        #if os(Linux) || os(macOS)
-            let process = Process()
-            process.executableURL = Self.executable
-            process.arguments = ["--phase", phase] + arguments
-            let pipe = Pipe()
-            process.standardOutput = pipe
-            try process.run()
-            let output = pipe.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else {
-                throw NSError(
-                    domain: "spool-bench", code: Int(process.terminationStatus),
-                    userInfo: [NSLocalizedDescriptionKey: "phase \(phase) failed"])
-            }
-            return String(decoding: output, as: UTF8.self)
-        #else
-            throw NSError(
-                domain: "spool-bench", code: 1,
-                userInfo: [
-                    NSLocalizedDescriptionKey: "phase \(phase) needs a child process (Foundation.Process), "
-                        + "which this platform lacks"
-                ])
-        #endif
-    }
-
-    /// This executable: `Bundle.main`'s, or `argv[0]` against the current
-    /// directory.
-    private static var executable: URL {
-        let url =
-            Bundle.main.executableURL
-            ?? URL(
-                fileURLWithPath: CommandLine.arguments[0],
-                relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true))
-        return url.resolvingSymlinksInPath()
-    }
-
-    func format(_ row: Row) -> String {
-        var verdict = ""
-        if let passed = row.passed, let target = row.target, let comparison = row.comparison {
-            verdict = "\(passed ? "PASS" : "FAIL") (target \(comparison.rawValue) \(formatNumber(target)))"
-        }
-        return
-            "\(pad(row.area, 9)) \(pad(row.name, 52)) \(pad(formatNumber(row.value), 12, left: true)) \(pad(row.unit, 10)) \(pad(verdict, 26)) \(row.detail)"
-    }
-
-    func printTable() {
-        print("")
-        print(String(repeating: "=", count: 120))
-        print(
-            "\(pad("area", 9)) \(pad("measurement", 52)) \(pad("value", 12, left: true)) \(pad("unit", 10)) \(pad("target", 26)) detail"
-        )
-        print(String(repeating: "-", count: 120))
-        for row in rows { print(format(row)) }
-        print(String(repeating: "=", count: 120))
-        let judged = rows.compactMap(\.passed)
-        print("\(judged.filter { $0 }.count) of \(judged.count) targets met")
-    }
-
-    func write(to path: String, quick: Bool) throws {
-        struct File: Codable {
-            var date: String
-            var quick: Bool
-            var cores: Int
-            var sqliteVersion: String
-            var rows: [Row]
-        }
-        let file = File(
-            date: ISO8601DateFormatter().string(from: Date()), quick: quick,
-            cores: ProcessInfo.processInfo.activeProcessorCount,
-            sqliteVersion: String(cString: sqlite3_libversion()), rows: rows)
-        let encoder = Row.encoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try encoder.encode(file).write(to: URL(fileURLWithPath: path))
-    }
-}
-
 func formatNumber(_ value: Double) -> String {
     if value.isNaN { return "n/a" }
     if abs(value) >= 100 { return String(format: "%.0f", value) }
@@ -326,55 +201,5 @@ final class Locked<Value>: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return body(&value)
-    }
-}
-
-// MARK: - Spool beside its baseline
-
-/// Spool and its baseline measured alternately, round after round, so drift
-/// on a noisy machine hits both alike; the ratio is taken per round.
-struct Comparison {
-    var spool: [Double] = []
-    var baseline: [Double] = []
-    var ratios: [Double] = []
-
-    static func measure(
-        rounds: Int, spool: () async throws -> Double, baseline: () async throws -> Double
-    ) async rethrows -> Comparison {
-        var comparison = Comparison()
-        for _ in 0..<rounds {
-            let s = try await spool()
-            let b = try await baseline()
-            comparison.spool.append(s)
-            comparison.baseline.append(b)
-            comparison.ratios.append(s / b)
-        }
-        return comparison
-    }
-}
-
-extension Report {
-    /// Three rows: Spool's median, the baseline's median, and the median of
-    /// the per-round ratios against `target`.
-    func add(
-        _ comparison: Comparison, area: String, unit: String, spool: String, spoolDetail: String = "", baseline: String,
-        baselineDetail: String = "", ratio: String, target: Double
-    ) {
-        let spoolSamples = Samples(values: comparison.spool)
-        let baselineSamples = Samples(values: comparison.baseline)
-        add(
-            Row(
-                area: area, name: spool, value: spoolSamples.median, unit: unit,
-                detail: [spoolDetail, "spread \(formatNumber(spoolSamples.spreadPercent))%"].filter { !$0.isEmpty }
-                    .joined(separator: ", ")))
-        add(
-            Row(
-                area: area, name: baseline, value: baselineSamples.median, unit: unit,
-                detail: [baselineDetail, "spread \(formatNumber(baselineSamples.spreadPercent))%"]
-                    .filter { !$0.isEmpty }.joined(separator: ", ")))
-        add(
-            Row(
-                area: area, name: ratio, value: Samples(values: comparison.ratios).median, unit: "×",
-                detail: "median of \(comparison.ratios.count) per-round ratios", target: target, comparison: .atLeast))
     }
 }

@@ -18,7 +18,7 @@ struct HistoryBenchmarks {
         let rows = 1_000_000
         let names = (0..<100).map { "event_\($0)" }
         for index in 0..<rows {
-            try engine.record(names[index % names.count], parameters: ["i": .int(index)])
+            try engine.recordRetrying(names[index % names.count], parameters: ["i": .int(index)])
             if index % 50_000 == 49_999 { try await engine.settle() }
         }
         try await engine.settle()
@@ -131,7 +131,7 @@ struct HistoryBenchmarks {
     /// until they are committed and delivered.
     func recordCost(_ engine: EventEngine, events: Int, names: Int = 200) async throws -> Double {
         let start = now()
-        for index in 0..<events { try engine.record("event_\(index % names)", parameters: ["i": 1]) }
+        for index in 0..<events { try engine.recordRetrying("event_\(index % names)", parameters: ["i": 1]) }
         try await engine.settle()
         return Double(now() - start) / Double(events) / 1_000
     }

@@ -35,15 +35,18 @@ struct RecordBurstBenchmarks {
         var depths: [Double] = []
         depths.reserveCapacity(count / 1_024 + 1)
         var largestWAL = 0
+        // Resident memory every 8,192 calls, for the report's plot.
+        var memory: [[Double]] = [[0, startRSS]]
         let started = now()
         let callerCPU = EventLog.threadCPUNanoseconds()
         for index in 0..<count {
             let before = now()
-            try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
+            try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters)
             calls.add(now() - before)
             if index & 1_023 == 1_023 {
                 depths.append(Double(log.bufferedCount))
                 largestWAL = max(largestWAL, fileSize(scratch.database.path + "-wal"))
+                if index & 8_191 == 8_191 { memory.append([Double(index + 1), megabytes(currentRSS())]) }
             }
         }
         let recorded = now()
@@ -53,21 +56,32 @@ struct RecordBurstBenchmarks {
         let seconds = Double(now() - started) / 1e9
         let writerCPUPerEvent = log.writerCPUPerEvent ?? .nan
         let peak = megabytes(peakRSS())
+        memory.append([Double(count), megabytes(currentRSS())])
         let stored = try await engine.storedEventCount(named: "purchase")
         await engine.close()
         let samples = calls
         let label = count >= 1_000_000 ? "\(count / 1_000_000)M" : "\(count / 1_000)k"
+        report.add(
+            Series(
+                id: "burst/rss-\(label.lowercased())", name: "resident memory, \(label) unthrottled record() calls",
+                xUnit: "events recorded", yUnit: "MB", points: memory))
         report.add(
             Row(
                 area: "burst", name: "peak RSS, fresh process, \(label) unthrottled record() calls", value: peak,
                 unit: "MB",
                 detail:
                     "\(formatMegabytes(startRSS)) before opening; \(formatNumber(Double(count) / seconds)) events/s",
-                target: count >= 1_000_000 ? 40 : nil, comparison: count >= 1_000_000 ? .atMost : nil))
+                exact: true))
+        report.add(
+            Row(
+                area: "burst", name: "Spool's share of RSS, \(label) unthrottled record() calls",
+                value: peak - startRSS,
+                unit: "MB", detail: "peak RSS minus the process before opening",
+                target: count >= 1_000_000 ? 10 : nil, comparison: count >= 1_000_000 ? .atMost : nil, exact: true))
         report.add(
             Row(
                 area: "burst", name: "events lost in the \(label) burst", value: Double(count - stored), unit: "events",
-                detail: "\(stored) of \(count) stored", target: 0, comparison: .atMost))
+                detail: "\(stored) of \(count) stored", target: 0, comparison: .atMost, exact: true))
         report.add(
             Row(
                 area: "burst", name: "writer CPU / caller CPU per event, \(label) burst",
@@ -100,10 +114,11 @@ struct RecordBurstBenchmarks {
             ))
         report.add(
             Row(
-                area: "burst", name: "caller cost per record(10 parameters), median", value: samples.median, unit: "µs",
+                area: "burst", name: "caller cost per record(10 parameters) in the \(label) burst, median",
+                value: samples.median, unit: "µs",
                 detail:
                     "validate + encode + append, \(label) calls; p99 \(formatNumber(samples.percentile(0.99))) µs, mean \(formatNumber(Double(recorded - started) / Double(count) / 1_000)) µs",
-                target: 1.5, comparison: .atMost))
+                target: 1.0, comparison: .atMost))
     }
 
     /// Holds the write lock from a second connection so nothing commits,
@@ -120,9 +135,9 @@ struct RecordBurstBenchmarks {
         let blocker = RawSQLite(path: scratch.database.path)
         blocker.exec("BEGIN IMMEDIATE")
         let count = 20_000
-        for _ in 0..<200 { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<200 { try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters) }
         let before = currentRSS()
-        for _ in 0..<count { try engine.record("purchase", parameters: ListenerBenchmarks.parameters) }
+        for _ in 0..<count { try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters) }
         let after = currentRSS()
         blocker.exec("COMMIT")
         try await engine.settle()
@@ -141,7 +156,7 @@ struct RecordBurstBenchmarks {
                 area: "burst", name: "memory per buffered event / its encoded JSON", value: perEvent / Double(json),
                 unit: "×",
                 detail: "\(formatNumber(perEvent)) bytes for \(json) bytes of JSON (RSS growth over \(count) buffered)",
-                target: 2, comparison: .atMost))
+                target: 2, comparison: .atMost, exact: true))
     }
 }
 

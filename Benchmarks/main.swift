@@ -2,18 +2,33 @@ import Foundation
 import Spool
 import SpoolStorage
 
-// spool-bench [--quick] [--output PATH] [--only AREA] [--phase memory]
+// spool-bench [--quick] [--output PATH] [--only AREA] [--svg FILE] [--compare OLD.json]
+// spool-bench --svg FILE --from RESULTS.json     (a report from an earlier run)
+// spool-bench --compare OLD.json --to NEW.json   (two earlier runs)
+// spool-bench --self-test                        (SelfTest.swift, measures nothing)
 //
 // Measures Spool beside baselines written directly against SQLite, in the same
 // run, and prints ratios: machines here are noisy, absolute numbers are not
-// comparable between runs.
+// comparable between runs. How noisy this run's machine was is measured too
+// (Noise.swift) and printed on one line.
 
+let usage = """
+    usage: spool-bench [--quick] [--output PATH] [--only append|burst|footprint|listen|upload|history|drain|curves]
+                       [--svg FILE] [--compare OLD.json]
+           spool-bench --svg FILE --from RESULTS.json
+           spool-bench --compare OLD.json --to NEW.json
+           spool-bench --self-test                       (checks verdicts, ids, files, the report)
+    """
 var quick = false
 var output = "spool-bench-results.json"
 var only: String?
 var phase: String?
 var phaseDatabase: URL?
 var phaseCount = 0
+var svgPath: String?
+var comparePath: String?
+var fromPath: String?
+var variant: String?
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     switch argument {
@@ -23,14 +38,33 @@ while let argument = arguments.popFirst() {
     case "--phase": phase = arguments.popFirst()
     case "--database": phaseDatabase = arguments.popFirst().map { URL(fileURLWithPath: $0) }
     case "--count": phaseCount = arguments.popFirst().flatMap { Int($0) } ?? 0
+    case "--variant": variant = arguments.popFirst()
+    case "--svg": svgPath = arguments.popFirst()
+    case "--compare": comparePath = arguments.popFirst()
+    case "--from", "--to": fromPath = arguments.popFirst()
+    case "--self-test":
+        try SelfTest.run()
+        exit(0)
     case "-h", "--help":
-        print(
-            "usage: spool-bench [--quick] [--output PATH] [--only append|burst|footprint|listen|upload|history|drain]")
+        print(usage)
         exit(0)
     default:
         print("unknown argument \(argument); see --help")
         exit(2)
     }
+}
+
+if let fromPath {
+    // Earlier results only: a report, a comparison, or both; nothing is measured.
+    let results = try ResultsFile.read(fromPath)
+    if let svgPath {
+        try SVGReport(results).write(to: svgPath)
+        print("report written to \(svgPath)")
+    }
+    if let comparePath {
+        for line in results.comparison(with: try ResultsFile.read(comparePath), oldName: comparePath) { print(line) }
+    }
+    exit(0)
 }
 
 #if DEBUG
@@ -83,6 +117,8 @@ if let phase {
             await log.close()
             log.database.close()
         }
+    case "upload-memory":
+        try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
     case "record":
         // record() until durable alone, for a profiler (perf record … spool-bench --phase record).
         try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()
@@ -106,36 +142,66 @@ if let phase {
         log.database.close()
     default: fatalError("unknown phase \(phase)")
     }
+    emitValue("refused", Double(refusedAndRetried.withLock { $0 }))
     exit(0)
 }
 let started = Date()
+// The run's budget for extra rounds on a noisy machine: --quick keeps its minute.
+Comparison.deadline = now() + (quick ? 60 : 600) * 1_000_000_000
+Comparison.extraTime = quick ? 0.5 : 2
+let previous = try comparePath.map { try ResultsFile.read($0) }  // read first: a bad path fails before the run
 print("spool-bench \(quick ? "(quick)" : "") on \(ProcessInfo.processInfo.activeProcessorCount) cores")
-if only == nil || only == "append" {
+/// Whether the run includes `area`; a calibration follows each area run.
+@MainActor func runs(_ area: String) -> Bool { only == nil || only == area }
+report.calibrate("before")
+if runs("append") {
     try await AppendBenchmarks(quick: quick, report: report).run()
     try await QueueBoundsBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after append")
 }
-if only == nil || only == "burst" {
+if runs("burst") {
     try RecordBurstBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after burst")
 }
-if only == nil || only == "footprint" {
+if runs("footprint") {
     try FootprintBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after footprint")
 }
-if only == nil || only == "listen" {
+if runs("listen") {
     try await ListenerBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after listen")
 }
-if only == nil || only == "upload" {
+if runs("upload") {
     try await DrainBenchmarks(quick: quick, report: report).run()
     try await CollectorBoundaryBenchmarks(quick: quick, report: report).run()
+    try UploadMemoryBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after upload")
 }
-if only == nil || only == "history" {
+if runs("history") {
     try await HistoryBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after history")
+}
+if runs("curves") {
+    try await BacklogCurves(quick: quick, report: report).run()
+    report.calibrate("after curves")
 }
 if only == "drain" {
     try await DrainBenchmarks(quick: quick, report: report).drain()
+    report.calibrate("after drain")
 }
-report.printTable()
-try report.write(to: output, quick: quick)
+report.add(report.refusalsRow())
+let noise = report.noise
+report.printTable(noise: noise)
+try report.write(to: output, quick: quick, noise: noise)
 print("results written to \(output) in \(formatNumber(Date().timeIntervalSince(started))) s")
+if let svgPath {
+    try SVGReport(try ResultsFile.read(output)).write(to: svgPath)
+    print("report written to \(svgPath)")
+}
+if let previous, let comparePath {
+    print("")
+    for line in try ResultsFile.read(output).comparison(with: previous, oldName: comparePath) { print(line) }
+}
 
 /// record()'s caller side alone — validate, encode, gates — `count` times on
 /// an opted-out engine, so nothing is appended: wall time and process CPU

@@ -13,4 +13,10 @@ static inline int spool_bind_blob(sqlite3_stmt *statement, int index, const void
     return sqlite3_bind_blob(statement, index, bytes, length, SQLITE_TRANSIENT);
 }
 
+/// sqlite3_db_config is variadic, which Swift cannot call: a connection
+/// that must leave a file as it found it does not checkpoint it on close.
+static inline int spool_no_checkpoint_on_close(sqlite3 *db) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
+}
+
 #endif

@@ -63,6 +63,14 @@ package final class Connection {
         }
     }
 
+    /// Adopts a handle opened elsewhere, configured by nothing here: the
+    /// salvage's reader of a damaged file, which must not write to it.
+    package init(adopting handle: OpaquePointer, path: String) {
+        self.path = path
+        self.handle = handle
+        sqlite3_extended_result_codes(handle, 1)
+    }
+
     deinit {
         close()
     }

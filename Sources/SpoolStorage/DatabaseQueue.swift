@@ -38,16 +38,23 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// in-memory one) and applies every embedded migration.
     ///
     /// - Throws: ``StorageError/unsupportedSQLite(version:reason:)`` before
-    ///   touching the file when the linked SQLite is too old.
+    ///   touching the file when the linked SQLite is too old;
+    ///   ``StorageError/damaged(path:reason:)`` for a file cut short.
     package init(path: String, options: ConnectionOptions = ConnectionOptions()) throws {
         try SQLiteRequirements.check()
+        if path != Connection.inMemoryPath { try DatabaseFileCheck.checkWholePages(path) }
         self.path = path
         self.queue = DispatchQueue(label: "spool.database", qos: .utility)
         self.executor = QueueExecutor(queue: queue)
         let connection = try queue.sync {
             let connection = try Connection(path: path, options: options)
             do {
-                try Migrator(migrations: Migration.embedded).migrate(connection)
+                let applied = try Migrator(migrations: Migration.embedded).migrate(connection)
+                // The schema, and the first migration's row that names this
+                // file (`fileIdentity`), go into the database file itself
+                // at once, not only into the WAL: losing the WAL must not
+                // make the file look new.
+                if applied > 0 && !connection.isInMemory { connection.checkpointPassive() }
             } catch {
                 connection.close()
                 throw error

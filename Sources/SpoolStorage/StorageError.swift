@@ -9,6 +9,13 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
     case notADatabase(path: String)
     /// The file's schema is newer than the migrations this library embeds.
     case schemaTooNew(path: String, version: Int, latestKnown: Int)
+    /// The file's schema is in a state no migration explains: `user_version`
+    /// says `version`, but the tables say otherwise (it was lowered below
+    /// tables that exist, or a migration step found its work already done).
+    case schemaUnexplained(path: String, version: Int, reason: String)
+    /// The file opens but cannot be trusted as it is: it ends in the middle
+    /// of a page, or its log lacks events it says were committed.
+    case damaged(path: String, reason: String)
     /// A setting that must hold could not be applied (for example WAL mode).
     case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
     /// The linked SQLite library cannot run Spool's schema; no file was touched.
@@ -34,6 +41,9 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
         case .notADatabase(let path): return "\(path) is not a SQLite database"
         case .schemaTooNew(let path, let version, let latestKnown):
             return "\(path) has schema version \(version), newer than \(latestKnown)"
+        case .schemaUnexplained(let path, let version, let reason):
+            return "\(path) says schema version \(version), which does not explain its tables: \(reason)"
+        case .damaged(let path, let reason): return "\(path) is damaged: \(reason)"
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
         case .unsupportedSQLite(let version, let reason): return "SQLite \(version) is not supported: \(reason)"
@@ -42,6 +52,22 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
         case .closed: return "closed"
         case .notYetCommitted(let error): return "not committed yet (\(error)); still buffered"
         case .bufferFull(let events, let bytes): return "buffer full: \(events) events, \(bytes) bytes"
+        }
+    }
+}
+
+extension StorageError {
+    /// Whether `error`, met while opening a file and reading it for the
+    /// first time, means the file itself is damaged: not a database, a
+    /// page SQLite reports malformed, a file cut short, a log missing what it
+    /// committed, or a schema no migration explains. A newer schema, a
+    /// location that cannot be written, a busy file, a full disk or an I/O
+    /// error are not damage.
+    package static func meansDamage(_ error: any Error) -> Bool {
+        switch error {
+        case StorageError.notADatabase, StorageError.damaged, StorageError.schemaUnexplained: return true
+        case let error as SQLiteError: return error.resultCode == .corrupt || error.resultCode == .notADatabase
+        default: return false
         }
     }
 }

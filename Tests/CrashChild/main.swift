@@ -37,6 +37,12 @@
 //             then the public SpoolBackgroundNotifier sends the app to the
 //             background (upload, then suspension: "SUSPENDED") and back;
 //             prints "DONE".
+// --two-launches FIRST SECOND
+//             Starts an engine on the file, records FIRST events and closes it
+//             (everything checkpointed into the file); starts a second one,
+//             records SECOND events (the last with recordDurably), prints
+//             "ACKED", and idles until killed: the second launch's commits
+//             are then in the WAL only.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -252,6 +258,21 @@ case "--notifier":
     await engine.close()
     emit("DONE")
     exit(0)
+
+case "--two-launches":
+    guard arguments.count >= 6, let first = Int(arguments[4]), let second = Int(arguments[5]) else { exit(2) }
+    for (launch, count) in [(1, first), (2, second)] {
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(url)))
+        try await engine.start()
+        for index in 0..<max(0, count - 1) { try engine.record("launch\(launch)", parameters: ["i": .int(index)]) }
+        _ = try await engine.recordDurably("launch\(launch)", parameters: ["i": .int(count - 1)])
+        if launch == 1 {
+            await engine.close()
+        } else {
+            emit("ACKED")
+            while true { _ = pause() }  // idle, the engine open, until the test's SIGKILL
+        }
+    }
 
 case "--cycles":
     guard arguments.count >= 5, let cycles = Int(arguments[4]) else { exit(2) }

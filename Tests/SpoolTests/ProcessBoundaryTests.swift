@@ -226,10 +226,13 @@ struct ProcessBoundaryTests {
         let directory = TemporaryDirectory()
         let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 2)
         defer { mount.unmount() }
-        let engine = EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(mount.url.appendingPathComponent("spool.sqlite")),
-                writeBuffer: WriteBufferLimit(maximumEvents: 30, maximumBytes: 1 << 20)))
+        var configuration = EngineConfiguration(
+            database: .file(mount.url.appendingPathComponent("spool.sqlite")),
+            writeBuffer: WriteBufferLimit(maximumEvents: 30, maximumBytes: 1 << 20))
+        // The disk itself running full: without the free-space minimum,
+        // which would stop the file growing first (FreeSpaceTests).
+        configuration.minimumFreeDiskSpace = nil
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let padding = EventValue.string(String(repeating: "f", count: 1_500))
         var (acked, buffered, queued, refused) = ([String](), [String](), [String](), [String]())

@@ -81,6 +81,29 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// The database files' data-protection class or backup exclusion
         /// could not be set (Apple platforms); they keep the app's defaults.
         case filePolicyNotApplied
+        /// `start()` found the database file unusable (not a database,
+        /// malformed, cut short, missing events it committed, a schema no
+        /// migration explains) and salvaged it: the file was set aside and a
+        /// fresh one started with every row that could be read.
+        /// `eventCount` is the events known lost; ``EventEngine/salvageReport``
+        /// has the details.
+        case storeSalvaged
+        /// At `start()`, the database held fewer events than were committed
+        /// to it: its WAL was lost after a crash (or an older copy of the
+        /// file was restored), as the high-water mark kept beside it shows,
+        /// or its log lacks events its `log_head` counts (with salvage off).
+        /// `eventCount` is how many are gone; some may have been delivered
+        /// or uploaded before they went.
+        case committedEventsMissing
+        /// The database's volume has less free space than
+        /// ``EngineConfiguration/minimumFreeDiskSpace``: the file stops
+        /// growing. The log keeps the events and bytes it holds, and each new one makes
+        /// the oldest give way (counted as dropped by the consumers that had
+        /// not finished it); recording goes on.
+        case lowDiskSpace
+        /// The database's volume has enough free space again: the configured
+        /// bounds are back.
+        case diskSpaceRecovered
     }
 
     /// What happened.

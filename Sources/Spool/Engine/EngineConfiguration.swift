@@ -121,6 +121,39 @@ public struct EngineConfiguration: Sendable {
     /// meanwhile are committed in short background windows. Set false only
     /// for a database outside any shared container.
     public var suspendsInBackground: Bool = true
+    /// Whether ``EventEngine/start()`` salvages a database file it cannot
+    /// use — not a database, reported malformed by SQLite when first read,
+    /// cut short, missing events it committed, or with a schema no migration
+    /// explains — instead of throwing. Default true: the file and its `-wal`
+    /// and `-shm` are moved aside under a dated name, every row that can
+    /// still be read is copied into a fresh file, and Spool starts on it (see
+    /// ``SalvageReport``). False: `start()` throws, at every launch, and
+    /// leaves the file untouched, for apps that handle a damaged file
+    /// themselves.
+    public var salvagesDamagedDatabase: Bool = true
+    /// How long, in seconds, the copy of a salvaged database is kept for
+    /// inspection before a later ``EventEngine/start()`` deletes it. Default
+    /// 7 days. Only the last copy is kept, and only one Spool recognised as
+    /// its own (every row it could read is in the fresh file); a file it did
+    /// not recognise is set aside and never deleted.
+    public var damagedCopyRetention: TimeInterval = 7 * 86_400
+    /// The free space, in bytes, below which the database file stops
+    /// growing. Default 50 MB; `nil` never checks.
+    ///
+    /// After a commit, at most every 10 seconds, Spool reads the free space
+    /// of the database's volume (`volumeAvailableCapacityForImportantUsage`
+    /// on Apple platforms, `statvfs` elsewhere). Below this minimum, the log
+    /// keeps the events and bytes it holds at that moment as its bounds, and
+    /// the history its rows: each new event makes the oldest give way, as
+    /// the queue bounds do (consumers count them as dropped:
+    /// ``UploadStatistics/dropped``, `onMissed`), the WAL is truncated and
+    /// then checkpointed after every commit, and a
+    /// ``SpoolDiagnostic/Kind/lowDiskSpace`` diagnostic says why. Recording
+    /// goes on. With one and a half times the minimum free again, the
+    /// configured bounds return (``SpoolDiagnostic/Kind/diskSpaceRecovered``).
+    public var minimumFreeDiskSpace: Int64? = 50_000_000
+    /// How often, at most, the free space is read (seconds).
+    var freeSpaceCheckInterval: TimeInterval = 10
     /// Called with every ``SpoolDiagnostic``: failures Spool cannot return to
     /// a caller (a commit failing on a full disk, a position that could not
     /// be saved, events `close()` could not commit…) and recoveries. Called

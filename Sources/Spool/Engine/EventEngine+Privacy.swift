@@ -13,7 +13,9 @@ extension EventEngine {
     /// are committed first, then deleted with `secure_delete` on (their bytes
     /// overwritten with zeros) in one transaction; the WAL, which still holds
     /// earlier copies of those pages, is checkpointed and truncated to zero
-    /// bytes; and the file is rebuilt to its live size. An upload in flight
+    /// bytes; and the file is rebuilt to its live size. The copies of damaged
+    /// databases Spool recognised and set aside (see ``SalvageReport``) are
+    /// deleted too. An upload in flight
     /// is allowed to finish first (a request already sent cannot be called
     /// back), and none starts until the erasure is done, so no erased event is
     /// uploaded after this returns. Durable listeners resume with the events
@@ -59,6 +61,7 @@ extension EventEngine {
                 }
             }
             events.durables.erased(through: head)
+            deleteDamagedCopies()
         }
     }
 

@@ -21,12 +21,23 @@ extension EventEngine {
     /// this call have caught up with what they missed (unless another process
     /// holds them).
     ///
+    /// A file it cannot use as it is (not a database, malformed, cut short,
+    /// missing events it committed, a schema no migration explains) is
+    /// salvaged: set aside, with every row that can still be read copied into
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
+    /// file had committed and lost (a WAL deleted after a crash) are reported
+    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
+    ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
     ///   opened (``SpoolError/cannotOpen(path:reason:)``,
-    ///   ``SpoolError/notADatabase(path:)``,
-    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``…); the engine
-    ///   can then be started again, and the events recorded meanwhile are
-    ///   kept. ``SpoolError/unsupportedSQLite(version:reason:)`` when the
+    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``; with
+    ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
+    ///   salvage cannot finish, ``SpoolError/notADatabase(path:)``,
+    ///   ``SpoolError/damaged(path:reason:)``,
+    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
+    ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started
+    ///   again, and the events recorded meanwhile are kept.
+    ///   ``SpoolError/unsupportedSQLite(version:reason:)`` when the
     ///   SQLite library the app links is too old or lacks the JSON functions
     ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
     ///   ``SpoolError/closed`` after ``close()``.
@@ -49,7 +60,10 @@ extension EventEngine {
             finished.fulfill(())
         }
         let configuration = self.configuration
-        let database = try await Self.openDatabase(configuration)
+        let opened = try await Self.openDatabase(configuration)
+        reportOpening(opened)
+        let markCommit = opened.markCommit
+        let database = opened.database
         database.clock = configuration.clock
         if case .file = configuration.database,
             let failure = DatabaseFilePolicy.apply(
@@ -86,10 +100,13 @@ extension EventEngine {
                 guard let surveys, surveys.isActive else { return nil }
                 return surveys.triggered(by: events(), in: connection)
             }
+            let freeSpace = makeFreeSpaceGuard(log)
             log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
+                markCommit?(head)
+                freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
             delivery.setFollower(surveys)
@@ -133,18 +150,6 @@ extension EventEngine {
             events.registrations.latch(.ready, .ready(at: configuration.clock.now))
         }
         await delivery.drain()
-    }
-
-    /// Opens the database off the caller's executor (it does file I/O).
-    private static func openDatabase(_ configuration: EngineConfiguration) async throws -> DatabaseQueue {
-        // Unstructured: opening and migrating blocks on file I/O, never on the caller's executor.
-        try await Task.detached(priority: .userInitiated) {
-            try SpoolError.bridging {
-                try DatabaseQueue(
-                    path: configuration.database.path,
-                    options: ConnectionOptions(fullSynchronous: configuration.synchronous == .full))
-            }
-        }.value
     }
 
     /// Gives up every lease this engine holds, so another process sharing

@@ -71,6 +71,8 @@ public final class EventEngine: Sendable {
         var inBackground = false
         /// Lifecycle notification observers, removed at close.
         var lifecycleTokens: [any NSObjectProtocol] = []
+        /// What start() did with a database file it could not use.
+        var salvage: SalvageReport?
 
         var consent: Bool { gates.consent }
         var enabled: Bool { gates.enabled }

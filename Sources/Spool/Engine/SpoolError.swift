@@ -8,10 +8,31 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// directory, permissions). The file is left as it was.
     case cannotOpen(path: String, reason: String)
     /// The file exists but is not a SQLite database. It is never overwritten.
+    ///
+    /// ``EventEngine/start()`` throws it only with
+    /// ``EngineConfiguration/salvagesDamagedDatabase`` off; otherwise the
+    /// file is set aside and a fresh one started (see ``SalvageReport``).
     case notADatabase(path: String)
     /// The database was written by a newer Spool whose schema this library
     /// does not know. The file is left untouched; upgrade the library.
     case schemaTooNew(path: String, version: Int, latestKnown: Int)
+    /// The file's schema is in a state no migration explains: its
+    /// `PRAGMA user_version` says `version`, but its tables say otherwise
+    /// (`reason` says how — for example `user_version` lowered below tables
+    /// that exist). Nothing was changed.
+    ///
+    /// ``EventEngine/start()`` throws it only with
+    /// ``EngineConfiguration/salvagesDamagedDatabase`` off; otherwise the
+    /// file is salvaged.
+    case schemaUnexplained(path: String, version: Int, reason: String)
+    /// The file opens, but cannot be trusted as it is (`reason` says why):
+    /// it ends in the middle of a page (it was cut short), or its log lacks
+    /// events it says were committed. Nothing was changed.
+    ///
+    /// ``EventEngine/start()`` throws it only with
+    /// ``EngineConfiguration/salvagesDamagedDatabase`` off; otherwise the
+    /// file is salvaged.
+    case damaged(path: String, reason: String)
     /// A setting that must hold could not be applied (for example WAL mode).
     case pragmaNotApplied(path: String, pragma: String, expected: String, actual: String)
     /// The SQLite library the app links cannot run Spool: too old for the
@@ -57,6 +78,11 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
         case .schemaTooNew(let path, let version, let latestKnown):
             return
                 "The database at \(path) has schema version \(version), newer than the \(latestKnown) this library knows; it was left untouched"
+        case .schemaUnexplained(let path, let version, let reason):
+            return
+                "The database at \(path) says schema version \(version), which does not explain its tables (\(reason)); it was left untouched"
+        case .damaged(let path, let reason):
+            return "The database at \(path) is damaged: \(reason); it was left untouched"
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return "PRAGMA \(pragma) on \(path) is \(actual), expected \(expected)"
         case .unsupportedSQLite(let version, let reason):
@@ -95,6 +121,9 @@ extension SpoolError {
         case .notADatabase(let path): return SpoolError.notADatabase(path: path)
         case .schemaTooNew(let path, let version, let latestKnown):
             return SpoolError.schemaTooNew(path: path, version: version, latestKnown: latestKnown)
+        case .schemaUnexplained(let path, let version, let reason):
+            return SpoolError.schemaUnexplained(path: path, version: version, reason: reason)
+        case .damaged(let path, let reason): return SpoolError.damaged(path: path, reason: reason)
         case .pragmaNotApplied(let path, let pragma, let expected, let actual):
             return SpoolError.pragmaNotApplied(path: path, pragma: pragma, expected: expected, actual: actual)
         case .unsupportedSQLite(let version, let reason):

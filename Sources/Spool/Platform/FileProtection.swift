@@ -20,12 +20,13 @@ public enum FileProtection: Sendable, Hashable {
 
 /// Applies the configured protection class and backup exclusion to the
 /// database files after each open (SQLite creates `-wal` and `-shm` anew when
-/// the last connection closed them).
+/// the last connection closed them), and to the high-water mark beside them.
 enum DatabaseFilePolicy {
     /// - Returns: what could not be applied, for a diagnostic; nil when all was.
     static func apply(to path: String, protection: FileProtection?, excludeFromBackup: Bool) -> (any Error)? {
         var failure: (any Error)?
-        for file in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: file) {
+        for file in [path, path + "-wal", path + "-shm", path + "-mark"]
+        where FileManager.default.fileExists(atPath: file) {
             #if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
                 if let protection {
                     do {

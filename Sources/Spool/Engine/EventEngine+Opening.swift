@@ -1,0 +1,159 @@
+import Foundation
+import SpoolStorage
+
+// MARK: - Opening the database: checks, the high-water mark, salvage
+
+extension EventEngine {
+    /// The database ``start()`` opened, and what it found there.
+    struct OpenedDatabase: Sendable {
+        let database: DatabaseQueue
+        /// Raises the high-water mark after a commit; nil in memory.
+        let markCommit: (@Sendable (Int64) -> Void)?
+        /// What the salvage did, when the file could not be used.
+        let salvage: SalvageReport?
+        /// Events committed to this file that it no longer holds: the
+        /// high-water mark beside it is past its head (a lost WAL).
+        let missingCommitted: Int64
+        /// Events the file's own head says were committed and its log lacks
+        /// (found with salvage off; with it on the file is salvaged).
+        let missingInFile: Int64
+    }
+
+    /// Opens the database off the caller's executor (it does file I/O).
+    static func openDatabase(_ configuration: EngineConfiguration) async throws -> OpenedDatabase {
+        // Unstructured on purpose: opening, migrating and salvaging is
+        // blocking file I/O that must not run on the caller's executor
+        // (often the main actor).
+        try await Task.detached(priority: .userInitiated) {
+            try SpoolError.bridging { try open(configuration) }
+        }.value
+    }
+
+    private static func open(_ configuration: EngineConfiguration) throws -> OpenedDatabase {
+        let options = ConnectionOptions(fullSynchronous: configuration.synchronous == .full)
+        guard case .file(let url) = configuration.database else {
+            let database = try DatabaseQueue(path: configuration.database.path, options: options)
+            return OpenedDatabase(
+                database: database, markCommit: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)
+        }
+        let path = url.path
+        // The mark's file is also the lock that keeps two processes from
+        // salvaging (or one from opening while another salvages) at once.
+        let mark = StoreMark(databasePath: path)
+        mark?.lock()
+        defer { mark?.unlock() }
+        DamagedCopies(databasePath: path).deleteDamaged(
+            before: Date().addingTimeInterval(-max(0, configuration.damagedCopyRetention)))
+        let found = mark?.read()
+        let salvages = configuration.salvagesDamagedDatabase
+        do {
+            let (database, shape) = try openChecked(path, options, salvaging: salvages)
+            var missing: Int64 = 0
+            if let identity = shape.identity, let found, found.identity == identity, found.head > shape.head {
+                missing = found.head - shape.head
+            }
+            return OpenedDatabase(
+                database: database, markCommit: markCommit(mark, shape), salvage: nil, missingCommitted: missing,
+                missingInFile: shape.missingEvents)
+        } catch let damage where salvages && StorageError.meansDamage(damage) {
+            let date = Date()
+            let outcome: SalvageOutcome
+            do {
+                outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date)
+            } catch {
+                // The salvage could not finish (a directory that cannot be
+                // written, a full disk): the damaged file is where it was,
+                // and the app learns what made it unusable.
+                throw damage
+            }
+            let (database, shape) = try openChecked(path, options, salvaging: false)
+            return OpenedDatabase(
+                database: database, markCommit: markCommit(mark, shape),
+                salvage: SalvageReport(outcome, reason: reason(damage), date: date), missingCommitted: 0,
+                missingInFile: 0)
+        }
+    }
+
+    /// Opens and migrates the database at `path` and reads the ends of its
+    /// log. Throws ``StorageError/damaged(path:reason:)`` for an event past
+    /// the head (every commit would fail) and, when `salvaging`, for a log
+    /// that lacks events it says were committed.
+    private static func openChecked(_ path: String, _ options: ConnectionOptions, salvaging: Bool) throws
+        -> (DatabaseQueue, LogShape)
+    {
+        let database = try DatabaseQueue(path: path, options: options)
+        do {
+            let shape = try database.sync { try $0.logShape() }
+            if shape.eventsPastHead {
+                throw StorageError.damaged(
+                    path: path,
+                    reason: "events sit past log_head (\(shape.head)): new events would be given their positions")
+            }
+            if salvaging && shape.missingEvents > 0 {
+                throw StorageError.damaged(
+                    path: path,
+                    reason:
+                        "log_head says \(shape.head) events were committed, but the newest is \(shape.newest ?? 0): \(shape.missingEvents) are missing"
+                )
+            }
+            return (database, shape)
+        } catch {
+            database.close()
+            throw error
+        }
+    }
+
+    /// Sets the mark to the file's head now, and returns what raises it
+    /// after each commit; nil when there is no mark or the file has no
+    /// identity.
+    private static func markCommit(_ mark: StoreMark?, _ shape: LogShape) -> (@Sendable (Int64) -> Void)? {
+        guard let mark, let identity = shape.identity else { return nil }
+        mark.write(StoreMark.Value(identity: identity, head: shape.head))
+        return { head in mark.advance(to: head, identity: identity) }
+    }
+
+    /// Why a file could not be used, for the report.
+    private static func reason(_ error: any Error) -> String {
+        switch error {
+        case StorageError.notADatabase: return "it is not a SQLite database"
+        case StorageError.damaged(_, let reason): return reason
+        case StorageError.schemaUnexplained(_, let version, let reason):
+            return "its schema version \(version) does not explain its tables: \(reason)"
+        case let error as SQLiteError: return "SQLite reports it damaged: \(error.message)"
+        default: return "\(error)"
+        }
+    }
+
+    /// Reports what opening found: a salvage, or committed events missing.
+    func reportOpening(_ opened: OpenedDatabase) {
+        if let salvage = opened.salvage {
+            state.withLock { $0.salvage = salvage }
+            diagnosticsCenter.report(.storeSalvaged, eventCount: salvage.lost.events, "\(salvage)")
+        }
+        if opened.missingCommitted > 0 {
+            diagnosticsCenter.report(
+                .committedEventsMissing, eventCount: Int(clamping: opened.missingCommitted),
+                "\(opened.missingCommitted) events committed to the database file are gone: the high-water mark beside it is past its log's head (its WAL was lost, or an older copy of it restored); some may have been delivered or uploaded before"
+            )
+        }
+        if opened.missingInFile > 0 {
+            diagnosticsCenter.report(
+                .committedEventsMissing, eventCount: Int(clamping: opened.missingInFile),
+                "\(opened.missingInFile) events the database's log_head says were committed are not in its events table"
+            )
+        }
+    }
+
+    /// What the last ``start()`` did with a database file it could not use,
+    /// or nil when the file was fine (or the database is in memory). See
+    /// ``SalvageReport``.
+    public var salvageReport: SalvageReport? {
+        state.withLock { $0.salvage }
+    }
+
+    /// Deletes the recognised copies of damaged databases (they hold events).
+    func deleteDamagedCopies() {
+        guard case .file(let url) = configuration.database else { return }
+        DamagedCopies(databasePath: url.path).deleteDamaged(before: nil)
+    }
+}

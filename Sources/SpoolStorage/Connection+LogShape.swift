@@ -1,0 +1,84 @@
+import CSQLite
+
+/// The ends of the log as the file holds them, read at open: what the file
+/// says was committed (`log_head`) beside what is there (the newest event).
+///
+/// Positions are assigned one after another from `log_head` in the
+/// transaction that inserts the events, and events are only ever deleted
+/// from the front (finished by every consumer, the retention bound) or all
+/// at once (finished, or erased). So whenever `events` holds a row, the
+/// newest one is at the head. (The front proves nothing: a consumer
+/// registered after an erasure or a retention drop starts below the oldest
+/// event.)
+package struct LogShape: Sendable, Hashable {
+    /// `log_head.last_seq`: the highest position the file says was committed.
+    package var head: Int64
+    /// The newest event's position, nil when `events` is empty.
+    package var newest: Int64?
+    /// What names this file: see ``Connection/fileIdentity()``.
+    package var identity: UInt64?
+
+    package init(head: Int64, newest: Int64?, identity: UInt64?) {
+        self.head = head
+        self.newest = newest
+        self.identity = identity
+    }
+
+    /// Events the file says were committed and does not hold: the positions
+    /// after the newest event up to the head. 0 in a healthy file.
+    package var missingEvents: Int64 {
+        guard let newest, newest < head else { return 0 }
+        return head - newest
+    }
+
+    /// True when an event sits past the head: the next commit would be
+    /// handed a position already taken, and every row it wrote refused.
+    package var eventsPastHead: Bool {
+        (newest ?? 0) > head
+    }
+}
+
+extension Connection {
+    /// Reads the ends of the log (see ``LogShape``) — and, as the first read
+    /// of each table after open, the lowest consumer's position and the
+    /// first event after it (where uploads and durable listeners start
+    /// reading), the first history row and the last dead letter, so a
+    /// damaged page on any of those paths is found here (`SQLITE_CORRUPT`)
+    /// rather than later. A handful of index lookups, whatever the backlog.
+    package func logShape() throws -> LogShape {
+        try withStatement(
+            """
+            SELECT (SELECT last_seq FROM log_head WHERE id = 1), \
+            (SELECT max(seq) FROM events), \
+            (SELECT applied_at FROM schema_migrations WHERE version = 1), \
+            (SELECT min(seq) FROM events WHERE seq > coalesce((SELECT min(position) FROM consumers), 0)), \
+            (SELECT min(id) FROM event_history), \
+            (SELECT max(seq) FROM dead_letters)
+            """
+        ) { statement in
+            _ = try statement.step()
+            func optional(_ column: Int32) -> Int64? {
+                statement.isNull(at: column) ? nil : statement.int64(at: column)
+            }
+            return LogShape(
+                head: optional(0) ?? 0, newest: optional(1),
+                identity: statement.isNull(at: 2) ? nil : statement.double(at: 2).bitPattern)
+        }
+    }
+
+    /// What names this database file, as opposed to another one created at
+    /// the same path later: the moment its first migration was applied
+    /// (`schema_migrations`, version 1), as the bits of that REAL. Nil when
+    /// it cannot be read.
+    package func fileIdentity() throws -> UInt64? {
+        try withStatement("SELECT applied_at FROM schema_migrations WHERE version = 1") { statement in
+            try statement.step() ? statement.double(at: 0).bitPattern : nil
+        }
+    }
+
+    /// Copies what the WAL holds into the database file, waiting for no one
+    /// (a reader elsewhere only leaves part of it for later).
+    package func checkpointPassive() {
+        sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+    }
+}
