@@ -110,11 +110,11 @@ extension Connection {
     /// once when every consumer has finished the whole log.
     ///
     /// Each delete rewrites the leftmost leaves, the pages above them and the
-    /// freelist: deleting after every upload batch of 100 cost a third of
-    /// the drain with 16 KiB pages (spool-bench drain ratio 0.55–0.61; in
-    /// runs, 0.95–1.01). What waits is fewer than this many rows the views
-    /// already show as finished (`pending_events` and `consumer_lag` go by
-    /// positions).
+    /// freelist: deleting after every upload batch of 100 costs about a
+    /// third of the drain with 16 KiB pages, in runs almost nothing
+    /// (spool-bench's `drain` area). What waits is fewer than this many rows
+    /// the views already show as finished (`pending_events` and
+    /// `consumer_lag` go by positions).
     package static let finishedRunToDelete: Int64 = 1_024
 
     /// Deletes the events every consumer has finished, once there are

@@ -126,4 +126,14 @@ extension Connection {
             try statement.step()
         }
     }
+
+    /// The consumers whose lease `owner` holds, expired or not.
+    package func consumers(leasedBy owner: String) throws -> [String] {
+        try withStatement("SELECT id FROM consumers WHERE lease_owner = ? ORDER BY id") { statement in
+            try statement.bind(owner, at: 1)
+            var consumers: [String] = []
+            while try statement.step() { consumers.append(statement.string(at: 0)) }
+            return consumers
+        }
+    }
 }

@@ -24,6 +24,7 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// Whether ``suspend()`` holds one of the checkpointer's pauses (pauses
     /// count, so an erasure's and a suspension's do not undo each other).
     private let checkpointsSuspended = Protected(false)
+    private let clockBox = Protected<any SpoolClock>(SystemClock())
     /// Told, on the queue, when work arrives while suspended (the engine
     /// opens a background window to run it).
     package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
@@ -115,12 +116,42 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.async { self.perform { body(self.connection) } }
     }
 
-    /// Runs `body` on the queue after `delay` seconds; `body` gets nil once
-    /// closed. The wait does not keep this object alive.
+    /// What delayed blocks (``asyncAfter(_:_:)``, ``timer(after:_:)``) and the
+    /// code using this database read the time from: ``SystemClock`` unless
+    /// set.
+    package var clock: any SpoolClock {
+        get { clockBox.withLock { $0 } }
+        set { clockBox.withLock { $0 = newValue } }
+    }
+
+    /// Runs `body` on the queue after `delay` seconds of ``clock``; `body`
+    /// gets nil once closed. The wait does not keep this object alive.
     package func asyncAfter(_ delay: TimeInterval, _ body: @escaping @Sendable (Connection?) -> Void) {
-        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+        clock.schedule(after: delay, on: queue) { [weak self] in
             guard let self else { return body(nil) }
             self.perform { body(self.connection) }
+        }
+    }
+
+    /// What a ``timer(after:_:)`` block finds when it fires.
+    package enum TimerFiring {
+        /// The connection, to use now.
+        case awake(Connection)
+        /// Suspended: touch nothing; the work waits for the next firing.
+        case suspended
+        case closed
+    }
+
+    /// Runs `body` on the queue after `delay` seconds, like
+    /// ``asyncAfter(_:_:)``, except that while suspended it is not kept for
+    /// a background window: it runs at once, told `.suspended`. For timers
+    /// whose work can wait for their next firing (a lease renewal, a retry),
+    /// which must not wake a suspended app. The wait does not keep this
+    /// object alive.
+    package func timer(after delay: TimeInterval, _ body: @escaping @Sendable (TimerFiring) -> Void) {
+        clock.schedule(after: delay, on: queue) { [weak self] in
+            guard let self, let connection = self.connection else { return body(.closed) }
+            body(self.suspended ? .suspended : .awake(connection))
         }
     }
 

@@ -22,12 +22,7 @@ extension EventLog {
         database.assertOnQueue()
         let started = EventLog.threadCPUNanoseconds()
         // Take the whole buffer in O(1); appenders start a fresh one.
-        let (staged, waiting) = state.withLock { state -> ([Pending], Bool) in
-            var staged: [Pending] = []
-            swap(&staged, &state.buffer)
-            state.bufferedBytes = 0
-            return (staged, state.waitingForRoom > 0)
-        }
+        let (staged, waiting) = state.withLock { $0.buffer.takeForCommit() }
         defer {
             let spent = EventLog.threadCPUNanoseconds() &- started
             state.withLock { state in
@@ -64,18 +59,11 @@ extension EventLog {
     /// Puts what failed back at the front of the buffer, in order, tells its
     /// waiters it is not committed yet, and schedules the next attempt.
     private func keepForRetry(_ remaining: ArraySlice<Pending>, after error: any Error) {
-        let last = remaining[remaining.endIndex - 1].ticket
         let reported: any Error = (error as? SQLiteError).map { StorageError.notYetCommitted($0) } ?? error
-        // Position waiters stay: those events are committed by a later attempt.
-        let (failed, handler, buffered) = state.withLock { state in
-            state.buffer.insert(contentsOf: remaining, at: 0)
-            state.bufferedBytes += remaining.reduce(0) { $0 + $1.record.bufferedBytes }
-            state.consecutiveFailures += 1
-            return (takeWaiters(through: last, from: &state), state.failureHandler, state.buffer.count)
-        }
+        let (failed, handler) = state.withLock { ($0.buffer.failed(keeping: remaining), $0.failureHandler) }
         state.broadcast()  // appenders waiting for room are refused while commits fail
-        handler?(.commitFailed(error, buffered: buffered))
-        for waiter in failed { waiter.continuation.resume(throwing: reported) }
+        handler?(.commitFailed(error, buffered: failed.buffered))
+        for waiter in failed.waiters { waiter.resume(throwing: reported) }
         rescheduleIfNeeded(afterFailure: true)
     }
 
@@ -84,72 +72,31 @@ extension EventLog {
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
         let (head, built, reading, drops) = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
-        let (ready, handler, recovered, failureHandler, positions) = state.withLock { state in
-            state.durableThrough = last
-            state.lastCommittedHead = head
-            // Tickets in a group are consecutive, as are its positions.
-            let positions = takePositionWaiters(through: last, from: &state).map { waiter in
-                (waiter.completion, head - Int64(last - waiter.ticket))
-            }
-            let recovered = state.consecutiveFailures
-            state.consecutiveFailures = 0
-            return (
-                takeWaiters(through: last, from: &state), state.commitHandler, recovered, state.failureHandler,
-                positions
-            )
+        let (settled, handler, failureHandler) = state.withLock {
+            ($0.buffer.committed(through: last, head: head), $0.commitHandler, $0.failureHandler)
         }
-        if recovered > 0 { failureHandler?(.commitRecovered(failures: recovered)) }
+        if settled.recoveredAfter > 0 { failureHandler?(.commitRecovered(failures: settled.recoveredAfter)) }
         if drops.total > 0 { failureHandler?(.eventsDropped(drops)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
         handler?(group.count, head, { built ?? Self.committedEvents(group, head: head) }, reading)
-        for waiter in ready { waiter.continuation.resume() }
-        for (completion, position) in positions { completion(.success(position)) }
-    }
-
-    func takePositionWaiters(
-        through ticket: UInt64, from state: inout State
-    ) -> [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] {
-        guard state.positionWaiters.contains(where: { $0.ticket <= ticket }) else { return [] }
-        defer { state.positionWaiters.removeAll { $0.ticket <= ticket } }
-        return state.positionWaiters.filter { $0.ticket <= ticket }
+        for waiter in settled.waiters { waiter.resume() }
+        for (waiter, position) in settled.positions { waiter(.success(position)) }
     }
 
     /// Drops one row the database refused: its callers get `error`, and the
     /// log moves on.
     private func reject(_ pending: Pending, _ error: SQLiteError) {
-        let (failed, handler, positions, head) = state.withLock { state in
-            state.rejected[pending.ticket] = error
-            state.durableThrough = max(state.durableThrough, pending.ticket)
-            return (
-                takeWaiters(through: pending.ticket, from: &state), state.failureHandler,
-                takePositionWaiters(through: pending.ticket, from: &state), state.lastCommittedHead
-            )
+        let (settled, handler) = state.withLock {
+            ($0.buffer.refused(pending.ticket, because: error), $0.failureHandler)
         }
         handler?(.rowRejected(error))
-        for waiter in failed { waiter.continuation.resume(throwing: error) }
-        // The refused event has no position: the one before it stands for it.
-        for waiter in positions { waiter.completion(.success(head)) }
-    }
-
-    func takeWaiters(through ticket: UInt64, from state: inout State) -> [Waiter] {
-        guard state.waiters.contains(where: { $0.ticket <= ticket }) else { return [] }
-        let ready = state.waiters.filter { $0.ticket <= ticket }
-        state.waiters.removeAll { $0.ticket <= ticket }
-        return ready
+        for waiter in settled.waiters { waiter.resume(throwing: error) }
+        for (waiter, position) in settled.positions { waiter(.success(position)) }
     }
 
     private func rescheduleIfNeeded(afterFailure: Bool) {
-        let delay: TimeInterval? = state.withLock { state in
-            if state.buffer.isEmpty {
-                state.commitScheduled = false
-                return nil
-            }
-            guard afterFailure else { return 0 }
-            // 50 ms, doubling, at most 5 s between attempts.
-            return min(5, 0.05 * pow(2, Double(min(state.consecutiveFailures - 1, 10))))
-        }
-        if let delay {
+        if let delay = state.withLock({ $0.buffer.passEnded(afterFailure: afterFailure) }) {
             scheduleCommit(after: delay)
         } else if database.takeWALGrown() {
             // Idle after the WAL passed the checkpoint threshold: give its
@@ -190,18 +137,16 @@ extension EventLog {
         var built: [StoredEvent]?
         var reading: (any Sendable)?
         var historyRows = 0
-        #if !DEBUG
-            // The schema's CHECKs (json_valid, priority in 0/1) guard every other
-            // writer of the file. Spool's own rows are valid by construction (the
-            // encoder's fuzz test asserts json_valid on what it writes), and
-            // json_valid alone costs about a quarter of the insert, so release
-            // builds skip evaluating them for this one statement's transaction.
-            // Debug builds (the test suite) keep them on as a tripwire.
-            try connection.execute("PRAGMA ignore_check_constraints = ON")
-            // try?: turning the CHECKs back on cannot lose data; if it failed,
-            // the next commit's `ON` leaves the same state anyway.
-            defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
-        #endif
+        // The schema's CHECKs (json_valid, priority in 0/1) guard every other
+        // writer of the file. Spool's own rows are valid by construction (the
+        // encoder's fuzz test asserts json_valid on what it writes), and
+        // json_valid alone costs about a quarter of the insert, so the writer
+        // skips evaluating them for its own transaction, in every build.
+        try connection.execute("PRAGMA ignore_check_constraints = ON")
+        // try?: if turning them back on fails, only Spool's own statements on
+        // this connection run unchecked until the next commit's `OFF`; no
+        // data is lost.
+        defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
         try connection.transaction {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.
@@ -226,7 +171,7 @@ extension EventLog {
                 try head.step()
             }
             drops = try connection.enforceBounds(
-                bounds, head: seq, bytesTotal: bytesTotal, now: Date().timeIntervalSince1970)
+                bounds, head: seq, bytesTotal: bytesTotal, now: database.clock.now)
             if historyRows > 0 {
                 // One upsert per run of events with the same name in the
                 // same millisecond: a burst adds to a few rows instead of
@@ -256,7 +201,7 @@ extension EventLog {
             }
             if pruneHistory, let limits = historyLimits {
                 try connection.pruneHistory(
-                    before: limits.maximumAge.map { Date().timeIntervalSince1970 - $0 },
+                    before: limits.maximumAge.map { database.clock.now - $0 },
                     keepingAtMost: limits.maximumRows)
             }
             head = seq
@@ -275,17 +220,10 @@ extension EventLog {
     }
 
     func failAll(_ error: any Error) {
-        let (waiters, positions) = state.withLock { state in
-            defer {
-                state.waiters.removeAll()
-                state.positionWaiters.removeAll()
-            }
-            state.commitScheduled = false
-            return (state.waiters, state.positionWaiters)
-        }
+        let (waiters, positions) = state.withLock { $0.buffer.failAll() }
         state.broadcast()
-        for waiter in waiters { waiter.continuation.resume(throwing: error) }
-        for waiter in positions { waiter.completion(.failure(error)) }
+        for waiter in waiters { waiter.resume(throwing: error) }
+        for waiter in positions { waiter(.failure(error)) }
     }
 }
 

@@ -95,22 +95,16 @@ package final class EventLog: Sendable {
         var id: String { EventID.make(milliseconds: milliseconds, random: random.high, random.low) }
     }
 
-    struct Waiter {
-        let ticket: UInt64
-        let continuation: CheckedContinuation<Void, any Error>
-    }
+    /// The write buffer, with what a durability wait and a position wait
+    /// leave behind.
+    typealias Buffer = WriteBuffer<
+        CheckedContinuation<Void, any Error>, @Sendable (Result<Int64, any Error>) -> Void
+    >
 
     struct State {
-        var buffer: [Pending] = []
-        var bufferedBytes = 0
-        var limits: Limits
-        var nextTicket: UInt64 = 1
-        var durableThrough: UInt64 = 0
-        var commitScheduled = false
-        var waiters: [Waiter] = []
-        var consecutiveFailures = 0
-        var random = FastRandom()
-        var closed = false
+        /// The buffer's rules; everything else here is configuration,
+        /// handlers and measurements.
+        var buffer: Buffer
         var commitHandler: CommitHandler?
         var groupReader: GroupReader?
         var failureHandler: (@Sendable (Failure) -> Void)?
@@ -118,31 +112,12 @@ package final class EventLog: Sendable {
         var historyLimits: HistoryLimits?
         /// History rows written since the history was last pruned.
         var historySincePrune = 0
-        /// Appenders waiting for room.
-        var waitingForRoom = 0
-        /// Times an appender found the buffer at its bound and waited.
-        var waitsForRoom = 0
         /// CPU time the writer's thread spent in commits, and the events
         /// they committed (what spool-bench compares with the caller's).
         var writerCPU: (nanoseconds: UInt64, events: Int) = (0, 0)
         /// Whether a timer waits to give the file's space back.
         var shrinkScheduled = false
         var shrinkDelay = EventLog.defaultShrinkDelay
-        /// The log's head after this log's last commit: the position of the
-        /// last event it committed.
-        var lastCommittedHead: Int64 = 0
-        /// ``positionOfLastAppended(_:)`` callers, by the ticket they wait for.
-        var positionWaiters: [(ticket: UInt64, completion: @Sendable (Result<Int64, any Error>) -> Void)] = []
-        /// Appends the database refused, by ticket (rare; kept so a late
-        /// `waitUntilDurable` still gets the error).
-        var rejected: [UInt64: any Error] = [:]
-
-        /// Whether an event of `bytes` fits under both bounds. An empty
-        /// buffer always has room: an event larger than the byte bound is
-        /// taken alone rather than never.
-        func hasRoom(for bytes: Int) -> Bool {
-            buffer.isEmpty || (buffer.count < limits.events && bufferedBytes + bytes <= limits.bytes)
-        }
     }
 
     package let database: DatabaseQueue
@@ -150,7 +125,7 @@ package final class EventLog: Sendable {
 
     package init(database: DatabaseQueue, limits: Limits = .standard) {
         self.database = database
-        state = Protected(State(limits: limits))
+        state = Protected(State(buffer: Buffer(limits: limits)))
     }
 
     /// Bounds the log: when it holds more than `maximum` events, the oldest
@@ -250,38 +225,24 @@ package final class EventLog: Sendable {
     /// ``tryAppend(_:)``, or with `pastBound` ``appendPastBound(_:)``.
     private func buffer(_ record: EventRecord, pastBound: Bool) throws -> AppendReceipt? {
         let bytes = record.bufferedBytes
-        enum Outcome {
-            case taken(Pending, wake: Bool)
-            case noRoom
-            case refused(events: Int, bytes: Int, (@Sendable (Failure) -> Void)?)
+        let (action, handler) = state.withLock { state -> (Buffer.Append, (@Sendable (Failure) -> Void)?) in
+            // The writer runs on the database queue: code there (a custom
+            // dispatcher recording from its callback) cannot wait for it.
+            let action = state.buffer.append(record, bytes: bytes, mayWait: !pastBound && !database.isCurrent)
+            guard case .refused = action else { return (action, nil) }
+            return (action, state.failureHandler)
         }
-        let outcome = try state.withLock { state -> Outcome in
-            guard !state.closed else { throw StorageError.closed }
-            if !state.hasRoom(for: bytes) {
-                if state.consecutiveFailures > 0 {
-                    return .refused(events: state.buffer.count, bytes: state.bufferedBytes, state.failureHandler)
-                }
-                // The writer runs on the database queue: code there (a custom
-                // dispatcher recording from its callback) cannot wait for it.
-                if !pastBound && !database.isCurrent { return .noRoom }
-            }
-            let pending = Pending(
-                ticket: state.nextTicket, random: (state.random.next(), state.random.next()), record: record)
-            state.nextTicket += 1
-            state.buffer.append(pending)
-            state.bufferedBytes += bytes
-            defer { state.commitScheduled = true }
-            return .taken(pending, wake: !state.commitScheduled)
-        }
-        switch outcome {
-        case .taken(let pending, let wake):
-            if wake { scheduleCommit(after: 0) }
+        switch action {
+        case .taken(let pending, let startWriter):
+            if startWriter { scheduleCommit(after: 0) }
             return AppendReceipt(ticket: pending.ticket, id: pending.id)
-        case .noRoom:
+        case .waitForRoom:
             return nil
-        case .refused(let events, let bytes, let handler):
+        case .refused(let events, let bytes):
             handler?(.appendRefused)
             throw StorageError.bufferFull(events: events, bytes: bytes)
+        case .closed:
+            throw StorageError.closed
         }
     }
 
@@ -292,22 +253,15 @@ package final class EventLog: Sendable {
     ///   failing or no room came in time; ``StorageError/closed``.
     package func waitForRoom(for record: EventRecord) throws {
         let needed = record.bufferedBytes
-        state.withLock { state in
-            state.waitingForRoom += 1
-            state.waitsForRoom += 1
+        state.withLock { $0.buffer.startWaitingForRoom() }
+        let found = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
+            state.buffer.waitForRoomIsOver(for: needed)
         }
-        let hasRoom = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
-            state.closed || state.consecutiveFailures > 0 || state.hasRoom(for: needed)
-        }
-        let (closed, failing, events, bytes, handler) = state.withLock { state in
-            state.waitingForRoom -= 1
-            return (
-                state.closed, state.consecutiveFailures > 0, state.buffer.count, state.bufferedBytes,
-                state.failureHandler
-            )
-        }
-        if closed { throw StorageError.closed }
-        if !hasRoom || failing {
+        let (room, handler) = state.withLock { ($0.buffer.stopWaitingForRoom(found: found), $0.failureHandler) }
+        switch room {
+        case .room: return
+        case .closed: throw StorageError.closed
+        case .refused(let events, let bytes):
             handler?(.appendRefused)
             throw StorageError.bufferFull(events: events, bytes: bytes)
         }
@@ -326,19 +280,12 @@ package final class EventLog: Sendable {
 
     /// Returns once everything appended so far is committed.
     package func waitUntilAllDurable() async throws {
-        let last = state.withLock { $0.nextTicket - 1 }
-        try await waitUntilDurable(ticket: last)
+        try await waitUntilDurable(ticket: state.withLock { $0.buffer.lastTicket })
     }
 
     func waitUntilDurable(ticket: UInt64) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let immediate: Result<Void, any Error>? = state.withLock { state in
-                if let error = state.rejected[ticket] { return .failure(error) }
-                if ticket <= state.durableThrough { return .success(()) }
-                if state.closed && !state.commitScheduled { return .failure(StorageError.closed) }
-                state.waiters.append(Waiter(ticket: ticket, continuation: continuation))
-                return nil
-            }
+            let immediate = state.withLock { $0.buffer.waitUntilSettled(ticket, continuation) }
             if let immediate { continuation.resume(with: immediate) }
         }
     }
@@ -353,27 +300,22 @@ package final class EventLog: Sendable {
     /// the answer comes when a later attempt commits it. When the log closes
     /// first, `completion` gets ``StorageError/closed``.
     package func positionOfLastAppended(_ completion: @escaping @Sendable (Result<Int64, any Error>) -> Void) {
-        let immediate: Int64? = state.withLock { state in
-            let ticket = state.nextTicket - 1
-            if ticket <= state.durableThrough { return state.lastCommittedHead }
-            state.positionWaiters.append((ticket, completion))
-            return nil
-        }
+        let immediate = state.withLock { $0.buffer.positionOfLastAppended(completion) }
         if let immediate { completion(.success(immediate)) }
     }
 
     /// How many appends were accepted so far.
-    package var acceptedCount: UInt64 { state.withLock { $0.nextTicket - 1 } }
+    package var acceptedCount: UInt64 { state.withLock { $0.buffer.lastTicket } }
 
     /// Events accepted but not yet committed.
-    package var bufferedCount: Int { state.withLock { $0.buffer.count } }
+    package var bufferedCount: Int { state.withLock { $0.buffer.pending.count } }
 
     /// Bytes (parameter JSON and names) accepted but not yet committed.
-    package var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
+    package var bufferedBytes: Int { state.withLock { $0.buffer.pendingBytes } }
 
     /// How many times an appender found the buffer at its bound and waited
     /// for the writer: zero while the writer keeps up.
-    package var waitsForRoom: Int { state.withLock { $0.waitsForRoom } }
+    package var waitsForRoom: Int { state.withLock { $0.buffer.waitsForRoom } }
 
     /// The writer's thread CPU time per committed event so far, in
     /// nanoseconds (nil before the first commit).
@@ -383,26 +325,15 @@ package final class EventLog: Sendable {
         }
     }
 
-    /// Drops every buffered (uncommitted) event: their waiters get `reason`.
-    /// For erasure on a full disk, where they must never reach the file.
+    /// Drops every event not yet committed: their waiters get `reason`.
+    /// For erasure on a full disk, where they must never reach the file
+    /// (see ``WriteBuffer/discardAll(because:)`` for a group the writer
+    /// holds meanwhile).
     package func discardBuffered(because reason: any Error) {
-        let (waiters, positions, head) = state.withLock { state in
-            let last = state.buffer.last?.ticket ?? state.durableThrough
-            state.buffer.removeAll()
-            state.bufferedBytes = 0
-            // Later waits for these tickets get `reason` too, not success.
-            for ticket in (state.durableThrough + 1)..<(last + 1) where state.rejected[ticket] == nil {
-                state.rejected[ticket] = reason
-            }
-            state.durableThrough = max(state.durableThrough, last)
-            return (
-                takeWaiters(through: last, from: &state), takePositionWaiters(through: last, from: &state),
-                state.lastCommittedHead
-            )
-        }
+        let settled = state.withLock { $0.buffer.discardAll(because: reason) }
         state.broadcast()
-        for waiter in waiters { waiter.continuation.resume(throwing: reason) }
-        for waiter in positions { waiter.completion(.success(head)) }
+        for waiter in settled.waiters { waiter.resume(throwing: reason) }
+        for (waiter, position) in settled.positions { waiter(.success(position)) }
     }
 
     // MARK: - Closing
@@ -422,10 +353,7 @@ package final class EventLog: Sendable {
     /// - Returns: what could not be committed, if anything.
     @discardableResult
     package func close() async -> CloseReport {
-        let last = state.withLock { state in
-            state.closed = true
-            return state.nextTicket - 1
-        }
+        let last = state.withLock { $0.buffer.close() }
         // One attempt now rather than after the failure backoff.
         database.async { [self] connection in
             guard let connection else { return failAll(StorageError.closed) }
@@ -435,7 +363,7 @@ package final class EventLog: Sendable {
             try await waitUntilDurable(ticket: last)
             return CloseReport(uncommitted: 0, error: nil)
         } catch {
-            let uncommitted = state.withLock { $0.buffer.count }
+            let uncommitted = state.withLock { $0.buffer.pending.count }
             return CloseReport(uncommitted: uncommitted, error: error)
         }
     }

@@ -57,6 +57,44 @@ struct DiagnosticsTests {
         #expect((report?.error as? SQLiteError)?.resultCode == .full, "\(String(describing: report))")
     }
 
+    @Test("a lease that cannot be released at close is reported under its owner's kind")
+    func aLeaseNotReleasedIsReportedAsItsOwners() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = EngineConfiguration(database: .file(directory.databaseURL))
+        configuration.collectorURL = URL(string: "http://127.0.0.1:9/collect")
+        configuration.dispatcher = FailingDispatcher()
+        let reported = Protected<[SpoolDiagnostic]>([])
+        configuration.diagnosticHandler = { diagnostic in reported.withLock { $0.append(diagnostic) } }
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        try engine.record("one")
+        // The failed upload leaves the uploader holding its lease.
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        #expect(try await engine.query { try $0.lease(of: Uploader.consumerID) } != nil)
+        try await engine.query { try $0.execute("PRAGMA query_only = ON") }  // every write now fails
+        await engine.close()
+        await engine.delivery.drain()  // the handler runs on the delivery queue
+        let leases = reported.withLock { $0.filter { $0.message.contains("lease") } }
+        #expect(leases.map(\.kind) == [.uploadFailed], "\(leases)")
+
+        // A durable listener's lease, without an uploader, is the listener's stall.
+        let listener = CollectingListener()
+        let local = try await startedEngine(
+            TemporaryDirectory(), before: { engine in engine.events.addDurableObserver(listener, id: "kept") })
+        try await local.query { try $0.execute("PRAGMA query_only = ON") }
+        await local.close()
+        #expect(local.diagnosticCounts.occurrences[.durableListenerStalled] == 1)
+        #expect(local.diagnosticCounts.occurrences[.uploadFailed] == nil)
+    }
+
+    /// A custom dispatcher whose collector is never reachable.
+    struct FailingDispatcher: EventDispatcher {
+        func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
+            completionHandler?(.transportFailure("unreachable"))
+        }
+        func flushEvents() {}
+    }
+
     @Test("a second close() does nothing and reports nothing")
     func closingTwiceIsQuiet() async throws {
         let directory = TemporaryDirectory()

@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// D1–D9 and P2: the dispatcher rules from event-dispatcher.txt, against the
+/// D1–D9 and P2 (docs/BEHAVIOUR.md): the dispatcher rules, against the
 /// real collector process. Serialized: the D9 notifier reaches every live
 /// engine, which would flush the size and timer tests early.
 @Suite(.serialized)

@@ -71,7 +71,7 @@ struct DurableListenerTests {
         engine.events.removeDurableObserver(id: "absent")
         for index in 0..<20 { try engine.record("e\(index)") }
         try await engine.settle()
-        try await Task.sleep(nanoseconds: 50_000_000)  // positions are written off the delivery queue
+        _ = try await engine.query { _ in 0 }  // the position saves queued by delivery have landed
         let rows = try await engine.query {
             try $0.scalarString("SELECT group_concat(id || '=' || position) FROM consumers")
         }
@@ -79,8 +79,7 @@ struct DurableListenerTests {
         // Forgetting it releases them.
         engine.events.removeDurableObserver(id: "absent", forget: true)
         try await engine.settle()
-        try await Task.sleep(nanoseconds: 50_000_000)
-        #expect(try await engine.query { try $0.countEvents(after: 0) } == 0)
+        #expect(try await waitUntil { try engine.databaseQueue!.sync { try $0.countEvents(after: 0) } == 0 })
         await engine.close()
     }
 
@@ -168,6 +167,34 @@ struct DurableListenerTests {
         let seen = Set(deliveredBeforeKill).union(received.withLock { $0 })
         let lost = acknowledged.filter { !seen.contains($0) }
         #expect(lost.isEmpty, "\(lost.count) acknowledged events never reached the durable listener")
+        await engine.close()
+    }
+
+    @Test("a durable listener's lease is renewed every 20 s of the clock, and skipped while suspended")
+    func leaseRenewalFollowsTheClockAndSkipsWhileSuspended() async throws {
+        let clock = ManualClock()
+        let listener = CollectingListener()
+        let engine = try await startedEngine(
+            TemporaryDirectory(), configure: { $0.clock = clock },
+            before: { $0.events.addDurableObserver(listener, id: "renewed") })
+        let database = try #require(engine.databaseQueue)
+        func expiry() throws -> Double? { try database.sync { try $0.lease(of: "listener:renewed")?.expires } }
+        #expect(try expiry() == clock.now + DurableListeners.leaseDuration)
+        clock.advance(by: DurableListeners.leaseRenewal)
+        #expect(try await waitUntil { try expiry() == clock.now + DurableListeners.leaseDuration })
+
+        // Suspended: the renewal that comes due is skipped and asks for no window.
+        let windows = Protected(0)
+        database.onDeferredWork.withLock { $0 = { windows.withLock { $0 += 1 } } }
+        let (renewed, ran) = (try expiry(), clock.timersRun)
+        await database.suspend()
+        clock.advance(by: DurableListeners.leaseRenewal)
+        #expect(try await waitUntil { clock.timersRun > ran })
+        #expect(windows.withLock { $0 } == 0, "a renewal asked for a background window")
+        database.resume()
+        #expect(try expiry() == renewed, "not renewed while suspended")
+        clock.advance(by: DurableListeners.leaseRenewal)
+        #expect(try await waitUntil { try expiry() == clock.now + DurableListeners.leaseDuration })
         await engine.close()
     }
 }

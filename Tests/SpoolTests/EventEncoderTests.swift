@@ -81,9 +81,9 @@ struct EventEncoderTests {
         await engine.close()
     }
 
-    /// The extreme dates from issue 8 (eight of them trapped in the
-    /// formatter and killed the host process; the other two wrote years of
-    /// six digits and more).
+    /// Extreme dates: eight of them trap an unchecked formatter (and with
+    /// it the host process); the other two give years of six digits and
+    /// more.
     static let extremeDates: [Double] = [
         .nan, .infinity, -.infinity, 1e17, -1e17, 9.3e15, -9.3e15, .greatestFiniteMagnitude, 1e13, -1e13,
     ]

@@ -211,6 +211,7 @@ struct EventLogTests {
         let database = try DatabaseQueue(path: directory.databaseURL.path)
         // Room for all 50 events of 100 KB while commits fail.
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
+        let buffered = log.bufferedAfterFailedCommits()
         try await log.appendDurably(5)
         // A real SQLITE_FULL: cap the file at its current size.
         try database.sync { try $0.capAtCurrentSize() }
@@ -228,7 +229,7 @@ struct EventLogTests {
             guard case StorageError.notYetCommitted(let underlying) = error else { return false }
             return underlying.resultCode == .full
         }
-        #expect(log.bufferedCount == 50)
+        #expect(buffered.withLock { $0 } == 50, "the failed group is back in the buffer")
         // Space comes back: the retry commits everything, in order.
         try database.sync { try $0.uncap() }
         try await log.waitUntilDurable(receipts[receipts.count - 1])
@@ -258,39 +259,6 @@ struct EventLogTests {
         await log.close()
     }
 
-    @Test func discardingTheBufferOnAFullDiskFailsItsWaitersAndNothingReachesTheFile() async throws {
-        let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(path: directory.databaseURL.path)
-        let log = EventLog(database: database)
-        try await log.appendDurably(3)
-        try database.sync { try $0.capAtCurrentSize() }
-        let pad = String(repeating: "x", count: 50_000)
-        var receipts: [AppendReceipt] = []
-        for index in 0..<10 {
-            receipts.append(
-                try log.append(
-                    EventRecord(name: "erased", parametersJSON: #"{"i":\#(index),"pad":"\#(pad)"}"#, recordedAt: 1)))
-        }
-        await #expect(throws: (any Error).self) { try await log.waitUntilAllDurable() }
-        #expect(log.bufferedCount == 10)
-        log.discardBuffered(because: StorageError.erased)
-        #expect(log.bufferedCount == 0)
-        #expect(log.bufferedBytes == 0)
-        // Every wait for a discarded event, early or late, says it was erased.
-        for receipt in [receipts[0], receipts[9]] {
-            await #expect(throws: StorageError.erased) { try await log.waitUntilDurable(receipt) }
-        }
-        // Space comes back: nothing discarded is committed, and the log goes on.
-        try database.sync { try $0.uncap() }
-        let after = try log.append(EventRecord(name: "after", parametersJSON: "{}", recordedAt: 2))
-        try await log.waitUntilDurable(after)
-        let names = try await log.readEvents(after: 0, limit: 100).map(\.name)
-        #expect(!names.contains("erased"))
-        #expect(names.last == "after")
-        await log.close()
-        database.close()
-    }
-
     @Test func aRowTheDatabaseRefusesFailsAloneAndTheRestCommit() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }
@@ -313,6 +281,39 @@ struct EventLogTests {
         // The log goes on, and a late wait on the refused row still gets the error.
         try await log.appendDurably(3, name: "later")
         await #expect(throws: SQLiteError.self) { try await log.waitUntilDurable(receipts[7]) }
+    }
+
+    @Test("the writer's own inserts skip the schema's CHECKs, and the connection enforces them again after")
+    func theWriterSkipsTheChecksOnlyForItsOwnInserts() async throws {
+        let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
+        defer { log.database.close() }
+        // Read inside the group's transaction, after its inserts.
+        let inside = Protected<[Int]>([])
+        log.setGroupReader { _, connection in
+            let ignored = (try? connection.scalarInt("PRAGMA ignore_check_constraints")) ?? -1  // try?: -1 fails below
+            inside.withLock { $0.append(ignored) }
+            return nil
+        }
+        try await log.appendDurably(3)
+        let readings = inside.withLock { $0 }
+        #expect(!readings.isEmpty && readings.allSatisfy { $0 == 1 }, "each group's inserts ran with the CHECKs off")
+        let (ignored, invalid) = try log.database.sync { connection in
+            (
+                try connection.scalarInt("PRAGMA ignore_check_constraints"),
+                try connection.scalarInt("SELECT count(*) FROM events WHERE NOT json_valid(parameters)")
+            )
+        }
+        #expect(ignored == 0, "after the commit the connection enforces the CHECKs again")
+        #expect(invalid == 0)
+        // Any other write on the file still meets them.
+        #expect {
+            try log.database.sync { connection in
+                try connection.execute(
+                    "INSERT INTO events (seq, id, name, parameters, recorded_at) VALUES (99, 'x', 'x', 'not json', 1)")
+            }
+        } throws: { error in
+            (error as? SQLiteError)?.resultCode == .constraint
+        }
     }
 
     @Test func appendsAfterCloseAreRefused() async throws {

@@ -57,8 +57,8 @@ struct EventValueTests {
     }
 
     @Test func theReaderTurnsUnpairedSurrogatesIntoReplacementCharacters() throws {
-        // A high surrogate followed by an escape that is not a low one used to
-        // underflow a UInt32 and trap.
+        // A high surrogate followed by an escape that is not a low one: an
+        // unchecked decoder underflows a UInt32 here and traps.
         #expect(try JSONReader.parse(#""\ud800\u0041""#) == "\u{FFFD}A")
         #expect(try JSONReader.parse(#""\ud800\ud83d\ude00""#) == "\u{FFFD}😀")
         #expect(try JSONReader.parse(#""\ud800x""#) == "\u{FFFD}x")

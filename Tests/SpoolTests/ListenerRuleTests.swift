@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// L1–L12: the listener rules from event-listener.txt.
+/// L1–L12 (docs/BEHAVIOUR.md): the listener rules.
 struct ListenerRuleTests {
     @Test("L1: a listener added before start stays registered and receives once a session starts")
     func listenerAddedBeforeStart() async throws {
@@ -27,7 +27,7 @@ struct ListenerRuleTests {
         for index in 0..<5 {
             #expect(try engine.record("early_\(index)") == .queuedUntilSessionStart)
         }
-        try await Task.sleep(nanoseconds: 20_000_000)
+        await engine.delivery.drain()
         #expect(listener.names.isEmpty, "nothing is delivered before the session starts")
         try await engine.start()
         try await engine.settle()
@@ -49,7 +49,7 @@ struct ListenerRuleTests {
         let engine = EventEngine(configuration: EngineConfiguration(maximumRetainedEvents: 100))
         engine.events.addObserver(listener)
         let firstDurable = Task { try await engine.recordDurably("w0") }
-        try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.waiting.isEmpty } }
+        try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
         #expect(try await firstDurable.value == .droppedWhileWaitingForSession)
         #expect(engine.eventsDroppedWhileWaitingForSession == 30)
@@ -214,7 +214,7 @@ struct ListenerRuleTests {
         }
         try engine.record("e0")
         for thread in recordingThreads { thread.start() }
-        try await Task.sleep(nanoseconds: 200_000_000)
+        try await waitUntil { recordingThreads.allSatisfy(\.isFinished) }
         try await engine.settle()
         let order = trace.withLock { $0 }
         // Each event goes to slow, then fast, before the next event starts.

@@ -4,8 +4,8 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// Conversions that used to trap (a Double to Int64, a huge literal to Int):
-/// every input gets a defined answer.
+/// Conversions that trap when done unchecked (a Double to Int64, a huge
+/// literal to Int): every input gets a defined answer.
 struct NumericConversionTests {
     static let earliest = "0000-01-01T00:00:00.000Z"
     static let latest = "9999-12-31T23:59:59.999Z"
@@ -141,7 +141,7 @@ struct NumericConversionTests {
     }
 }
 
-/// Configuration values from a host app that used to trap.
+/// Configuration values from a host app that an unchecked conversion traps on.
 struct ConfigurationEdgeTests {
     @Test("a retention bound of 0 or Int.min is one event, not a crash", arguments: [0, -1, Int.min])
     func nonPositiveRetention(_ maximum: Int) async throws {

@@ -178,14 +178,20 @@ struct PrivacyTests {
         let directory = TemporaryDirectory()
         let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
         let padding = String(repeating: "p", count: 1_500)
+        let recorded = Protected(false)
         let recording = Task.detached {
             for index in 0..<8_000 {
                 _ = try? engine.record("burst", parameters: ["i": .int(index), "p": .string(padding)])
             }
+            recorded.withLock { $0 = true }
         }
         var failures: [String] = []
         for _ in 0..<6 {
-            try await Task.sleep(nanoseconds: 10_000_000)
+            // Each erasure lands in the burst: a few hundred more events first.
+            let seen = engine.eventLog?.acceptedCount ?? 0
+            try await waitUntil(interval: 0.001) {
+                (engine.eventLog?.acceptedCount ?? 0) >= seen + 300 || recorded.withLock { $0 }
+            }
             do { try await engine.eraseAllData() } catch { failures.append("\(error)") }
         }
         await recording.value

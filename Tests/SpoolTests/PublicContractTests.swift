@@ -2,8 +2,9 @@ import Foundation
 import Spool
 import Testing
 
-/// The public contract from DESIGN.md, written as a user would, with a plain
-/// `import Spool`: if a name drifts or loses `public`, this stops compiling.
+/// The public contract (the names docs/BEHAVIOUR.md's rules use), written as
+/// a user would, with a plain `import Spool`: if a name drifts or loses
+/// `public`, this stops compiling.
 struct PublicContractTests {
     final class Forwarder: EventListener {
         let names = Mutexed<[String]>([])

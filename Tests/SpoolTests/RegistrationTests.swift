@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// S4–S6 (survey-lifecycle-events.txt) and the AsyncSequence front.
+/// S4–S6 (docs/BEHAVIOUR.md) and the AsyncSequence front.
 struct RegistrationTests {
     @Test("S4: cancel is idempotent and never removes another registration sharing the callback")
     func cancelIsIdempotentAndKeyedByID() async throws {

@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// S1–S3 (survey-lifecycle-events.txt): lifecycle events, trigger candidacy,
+/// S1–S3 (docs/BEHAVIOUR.md): lifecycle events, trigger candidacy,
 /// EVENT_FREQUENCY over the persisted history.
 struct SurveyTests {
     /// Collects triggers.

@@ -145,12 +145,14 @@ struct SuspensionTests {
             }
         }
         appender.start()
-        try await Task.sleep(nanoseconds: 50_000_000)  // commits are running
+        try await waitUntil(interval: 0.001) { log.writerCPUPerEvent != nil }  // commits are running
         await database.suspend()
         var free = 0
         for _ in 0..<50 {
             if try Self.fileIsFree(directory.databaseURL.path) { free += 1 }
-            try await Task.sleep(nanoseconds: 5_000_000)
+            // More work arrives between checks.
+            let seen = log.acceptedCount
+            try await waitUntil(interval: 0.001) { log.acceptedCount > seen }
         }
         #expect(free == 50, "the file was free \(free) times in 50 checks while suspended")
         database.resume()
@@ -161,5 +163,36 @@ struct SuspensionTests {
         #expect(UInt64(stored) == log.acceptedCount, "every append committed after resume")
         await log.close()
         database.close()
+    }
+
+    @Test("a timer firing while suspended is told so and asks for no background window; awake it gets the connection")
+    func timersDoNotWakeASuspendedDatabase() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        defer { database.close() }
+        let windows = Protected(0)
+        database.onDeferredWork.withLock { $0 = { windows.withLock { $0 += 1 } } }
+        let firings = Protected<[String]>([])
+        func fire() {
+            database.timer(after: 0) { firing in
+                let name: String
+                switch firing {
+                case .awake: name = "awake"
+                case .suspended: name = "suspended"
+                case .closed: name = "closed"
+                }
+                firings.withLock { $0.append(name) }
+            }
+        }
+        await database.suspend()
+        fire()
+        #expect(try await waitUntil { firings.withLock { $0 } == ["suspended"] })
+        #expect(windows.withLock { $0 } == 0, "no background window was asked for")
+        // Work that needs the file is kept, and asks for one.
+        database.async { _ in }
+        #expect(try await waitUntil { windows.withLock { $0 } == 1 })
+        database.resume()
+        fire()
+        #expect(try await waitUntil { firings.withLock { $0 } == ["suspended", "awake"] })
     }
 }

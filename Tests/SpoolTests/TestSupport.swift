@@ -194,6 +194,44 @@ extension EventLog {
     }
 }
 
+extension EventLog {
+    /// How many events the last failed commit left buffered, as the log's
+    /// failure handler reports it (0 before any failure).
+    func bufferedAfterFailedCommits() -> Protected<Int> {
+        let buffered = Protected(0)
+        setFailureHandler { failure in
+            if case .commitFailed(_, let count) = failure { buffered.withLock { $0 = count } }
+        }
+        return buffered
+    }
+}
+
+/// Holds the first caller of ``pass()`` (a listener, a group reader) until
+/// the test calls ``open()``; later callers go through. Bounded at 60 s, so
+/// a failing test cannot hang the suite, and ``timedOut`` says if it was.
+final class Gate: Sendable {
+    private let state = Protected((reached: false, timedOut: false))
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    /// Whether the first caller is held (or was).
+    var reached: Bool { state.withLock { $0.reached } }
+    /// Whether the first caller gave up waiting for ``open()``.
+    var timedOut: Bool { state.withLock { $0.timedOut } }
+
+    func pass() {
+        let first = state.withLock { state in
+            defer { state.reached = true }
+            return !state.reached
+        }
+        guard first, semaphore.wait(timeout: .now() + 60) == .timedOut else { return }
+        state.withLock { $0.timedOut = true }
+    }
+
+    func open() {
+        semaphore.signal()
+    }
+}
+
 /// A listener that keeps what it receives.
 final class CollectingListener: EventListener {
     struct Received: Sendable, Hashable {
@@ -270,3 +308,40 @@ let isThreadSanitized: Bool = {
     defer { dlclose(program) }
     return dlsym(program, "__tsan_init") != nil
 }()
+
+/// A clock the test moves: `now` changes only in ``advance(by:)``, and the
+/// timers it passes then run, in order, on their queues.
+final class ManualClock: SpoolClock {
+    private struct Timer {
+        let at: Double
+        let queue: DispatchQueue
+        let body: @Sendable () -> Void
+    }
+
+    private let state = Protected((now: 1_700_000_000.0, timers: [Timer](), ran: 0))
+
+    var now: Double { state.withLock { $0.now } }
+
+    /// How many timers have run so far.
+    var timersRun: Int { state.withLock { $0.ran } }
+
+    func schedule(after delay: TimeInterval, on queue: DispatchQueue, _ body: @escaping @Sendable () -> Void) {
+        state.withLock { $0.timers.append(Timer(at: $0.now + max(0, delay), queue: queue, body: body)) }
+    }
+
+    /// Moves time on by `seconds` and starts every timer now due.
+    func advance(by seconds: Double) {
+        let due = state.withLock { state -> [Timer] in
+            state.now += seconds
+            let now = state.now
+            defer { state.timers.removeAll { $0.at <= now } }
+            return state.timers.filter { $0.at <= now }.sorted { $0.at < $1.at }
+        }
+        for timer in due {
+            timer.queue.async { [state] in
+                timer.body()
+                state.withLock { $0.ran += 1 }
+            }
+        }
+    }
+}

@@ -50,7 +50,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case sessionStartFailed
         /// An upload attempt failed; the events stay queued and are retried.
         /// Also reported while the upload queue cannot be discarded after
-        /// consent was withdrawn (uploads wait until it is).
+        /// consent was withdrawn (uploads wait until it is), and when the
+        /// upload lease cannot be released at close (another process sharing
+        /// the file uploads once it expires).
         case uploadFailed
         /// The collector refused these events on their own (its answer
         /// singled them out); they are in `dead_letters`.

@@ -1,4 +1,5 @@
 import Foundation
+import SpoolStorage
 
 /// Everything an ``EventEngine`` is set up with.
 ///
@@ -160,6 +161,10 @@ public struct EngineConfiguration: Sendable {
     /// receive; return quickly. ``EventEngine/diagnostics()`` offers the same
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
+
+    /// Where the engine reads the time and waits: the system's clock, or one
+    /// a test advances itself.
+    package var clock: any SpoolClock = SystemClock()
 
     /// Called with the result of every upload request (which events, what
     /// the collector answered, what Spool did), on Spool's delivery queue;

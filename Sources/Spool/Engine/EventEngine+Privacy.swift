@@ -36,10 +36,7 @@ extension EventEngine {
     ///   again to finish).
     public func eraseAllData() async throws {
         guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
-        let waiting = state.withLock { state -> [Waiting] in
-            defer { state.waiting.removeAll() }
-            return state.waiting
-        }
+        let waiting = state.withLock { $0.gates.takeWaiting() }
         for entry in waiting { entry.settle?(.failed(SpoolError.erased)) }
         try await quiescingUploads {
             do {
@@ -49,9 +46,9 @@ extension EventEngine {
                 // memory instead, and never reaches the file.
                 log.discardBuffered(because: StorageError.erased)
             }
-            // The WAL is truncated twice: Spool's own background checkpoint
-            // must not hold it (during a burst it often did, and erasure
-            // failed with SQLITE_BUSY).
+            // The WAL is truncated twice, with Spool's own background
+            // checkpoints paused: a passive pass holding the WAL during a
+            // burst makes the TRUNCATE fail with SQLITE_BUSY.
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
                     try await log.database.run { connection -> Int64 in
@@ -63,7 +60,7 @@ extension EventEngine {
                     }
                 }
             }
-            delivery.erased(through: head)
+            events.durables.erased(through: head)
             deleteDamagedCopies()
         }
     }
@@ -100,8 +97,7 @@ extension EventEngine {
         let previous = state.uploads.discard
         state.discards += 1
         let generation = state.discards
-        // A task: the seed's setConsent is synchronous and the discard needs
-        // the database; it is kept so withdrawConsent and flush can await it.
+        // Unstructured: setConsent is synchronous; kept so withdrawConsent and flush await it.
         state.uploads = .discarding(
             Task {
                 await previous?.value

@@ -85,14 +85,11 @@ extension EventEngine {
         }
     }
 
-    /// The most events held while no session runs.
-    var waitingLimit: Int { max(1, configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize) }
-
     /// Events that gave way while waiting for a session (the waiting queue is
     /// bounded like the log; the oldest go first), since the engine was
     /// created. They were never stored.
     public var eventsDroppedWhileWaitingForSession: Int {
-        state.withLock { $0.waitingDropped }
+        state.withLock { $0.gates.waitingDropped }
     }
 
     private struct Accepted {
@@ -116,7 +113,7 @@ extension EventEngine {
         }
         let priority = configuration.priorityEventNames.contains(name)
         var record = EventRecord(
-            name: name, parametersJSON: json, recordedAt: Date().timeIntervalSince1970, priority: priority,
+            name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: ReservedEventName.entersHistory(name))
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
@@ -141,21 +138,15 @@ extension EventEngine {
         in state: inout State
     ) throws -> Accepted? {
         guard state.phase != .closed else { throw SpoolError.closed }
-        guard state.enabled else { return Accepted(outcome: .droppedDisabled) }
-        guard state.consent else { return Accepted(outcome: .droppedOptedOut) }
-        let counted = !priority && configuration.sessionEventLimit != nil
-        if counted, let limit = configuration.sessionEventLimit, state.sessionCount >= limit {
-            return Accepted(outcome: .droppedSessionLimit)
-        }
-        guard let log = state.log, let sessionID = state.sessionID else {
-            if counted { state.sessionCount += 1 }
+        let (log, sessionID): (EventLog, String)
+        switch (state.gates.decide(priority: priority, hasLog: state.log != nil), state.log) {
+        case (.drop(let outcome), _):
+            return Accepted(outcome: outcome)
+        case (.append(let id), let open?):
+            (log, sessionID) = (open, id)
+        case (.wait, _), (.append, nil):
             // Bounded like the log: past it the oldest waiting event gives way.
-            var displaced: Waiting?
-            if state.waiting.count >= waitingLimit, !state.waiting.isEmpty {
-                displaced = state.waiting.removeFirst()
-                state.waitingDropped += 1
-            }
-            state.waiting.append(Waiting(record: record, settle: settle))
+            let displaced = state.gates.wait(Waiting(record: record, settle: settle), priority: priority)
             return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
         }
         record.sessionID = sessionID
@@ -166,7 +157,7 @@ extension EventEngine {
             throw SpoolError.bridge(error)  // not accepted: it does not count toward the session
         }
         guard let receipt else { return nil }
-        if counted { state.sessionCount += 1 }
+        state.gates.count(priority: priority)
         return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
     }
 }

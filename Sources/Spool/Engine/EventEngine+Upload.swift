@@ -37,10 +37,11 @@ extension EventEngine {
     /// counters are this process's.
     ///
     /// - Throws: ``SpoolError/invalidConfiguration(_:)`` when no
-    ///   `collectorURL` is configured or before ``start()``;
-    ///   ``SpoolError/closed`` once the database is closed.
+    ///   `collectorURL` is configured; ``SpoolError/notStarted`` before
+    ///   ``start()``; ``SpoolError/closed`` once the database is closed.
     public func uploadStatistics() async throws -> UploadStatistics {
         guard let uploader = uploaderBox.withLock({ $0 }) else {
+            guard configuration.collectorURL == nil else { throw SpoolError.notStarted }
             throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
         }
         return try await SpoolError.bridgingAsync { try await uploader.statistics() }

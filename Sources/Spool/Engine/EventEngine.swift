@@ -47,25 +47,19 @@ public final class EventEngine: Sendable {
     let uploaderBox = Protected<Uploader?>(nil)
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
-    /// Durable listener ids this engine holds the lease of, and whether their
-    /// renewal timer runs.
-    let heldDurables = Protected<(held: Set<String>, renewing: Bool)>(([], false))
 
     struct State {
         enum Phase { case idle, starting, started, closed }
 
         var phase = Phase.idle
-        var consent: Bool
-        var enabled: Bool
+        /// While ``start()`` opens the database (phase `.starting`):
+        /// fulfilled once it has returned, so a `close()` meanwhile waits for
+        /// it to close what it opened.
+        var opening: Promise<Void>?
+        /// Consent, the switch, the session and the events waiting for one.
+        var gates: SessionGates
         /// Names never delivered: the configured exclusions and the heartbeat.
         var undelivered: Set<String>
-        var sessionID: String?
-        /// Non-priority events counted toward the current (or upcoming) session.
-        var sessionCount = 0
-        /// Events accepted while no session runs, in order, at most
-        /// `waitingLimit`.
-        var waiting: [Waiting] = []
-        var waitingDropped = 0
         var log: EventLog?
         /// Whether the uploader may run: consent withdrawn means the events
         /// before it are being discarded, and nothing uploads until that is
@@ -79,6 +73,9 @@ public final class EventEngine: Sendable {
         var lifecycleTokens: [any NSObjectProtocol] = []
         /// What start() did with a database file it could not use.
         var salvage: SalvageReport?
+
+        var consent: Bool { gates.consent }
+        var enabled: Bool { gates.enabled }
     }
 
     enum Uploads {
@@ -124,17 +121,24 @@ public final class EventEngine: Sendable {
     /// events recorded before `start()` wait in memory for the first session.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
-        let events = EventObservers()
-        self.events = events
         let state = Protected(
             State(
-                consent: configuration.consent, enabled: configuration.enabled,
+                gates: SessionGates(
+                    consent: configuration.consent, enabled: configuration.enabled,
+                    sessionEventLimit: configuration.sessionEventLimit,
+                    waitingLimit: configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize),
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
         uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
+        let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy = {
+            state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
+        }
+        let durables = DurableListeners(queue: deliveryQueue, diagnostics: diagnostics, policy: policy)
+        let events = EventObservers(durables: durables)
+        self.events = events
         // The survey center records through this engine without holding it.
         let engine = Protected<WeakBox<EventEngine>?>(nil)
         surveys = SurveyCenter(
@@ -145,9 +149,8 @@ public final class EventEngine: Sendable {
                 },
                 database: { state.withLock { $0.log?.database } },
                 diagnostics: diagnostics))
-        delivery = DeliveryQueue(queue: deliveryQueue, observers: events, diagnostics: diagnostics) {
-            state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
-        }
+        delivery = DeliveryQueue(
+            queue: deliveryQueue, observers: events, durables: durables, policy: policy)
         engine.withLock { $0 = WeakBox(self) }
     }
 
@@ -162,244 +165,6 @@ public final class EventEngine: Sendable {
             log.setFailureHandler(nil)
         }
         LifecycleObservation.remove(tokens)
-    }
-
-    // MARK: - Lifecycle
-
-    /// Opens and migrates the database, starts a session (recording
-    /// `session_start`), delivers the events recorded before it, and fires
-    /// `.ready`.
-    ///
-    /// It checks the linked SQLite before touching any file, gives the
-    /// database files their data-protection class and backup exclusion
-    /// (Apple platforms: ``EngineConfiguration/fileProtection``,
-    /// ``EngineConfiguration/excludesFromBackup``), and starts following the
-    /// app's lifecycle (see ``applicationDidEnterBackground()``).
-    ///
-    /// The file work runs off the caller's executor, so calling this from the
-    /// main actor does not block it. When it returns, `session_start` and the
-    /// events recorded before it are committed and delivered, and every
-    /// ``EventTopic/ready`` callback has run. Durable listeners added before
-    /// this call have caught up with what they missed (unless another process
-    /// holds them).
-    ///
-    /// A file it cannot use as it is (not a database, malformed, cut short,
-    /// missing events it committed, a schema no migration explains) is
-    /// salvaged: set aside, with every row that can still be read copied into
-    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
-    /// file had committed and lost (a WAL deleted after a crash) are reported
-    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
-    ///
-    /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
-    ///   opened (``SpoolError/cannotOpen(path:reason:)``,
-    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``; with
-    ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
-    ///   salvage cannot finish, ``SpoolError/notADatabase(path:)``,
-    ///   ``SpoolError/damaged(path:reason:)``,
-    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
-    ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started
-    ///   again, and the events recorded meanwhile are kept. ``SpoolError/unsupportedSQLite(version:reason:)`` when the
-    ///   SQLite library the app links is too old or lacks the JSON functions
-    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
-    ///   ``SpoolError/closed`` after ``close()``.
-    public func start() async throws {
-        try state.withLock { state in
-            switch state.phase {
-            case .idle: state.phase = .starting
-            case .closed: throw SpoolError.closed
-            case .starting, .started: throw SpoolError.invalidConfiguration("start() was already called")
-            }
-        }
-        let log: EventLog
-        // The last event an earlier process left, read before this engine
-        // appends any: what a withdrawal before start() discards.
-        let headAtOpen: Int64
-        let markCommit: (@Sendable (Int64) -> Void)?
-        do {
-            let configuration = self.configuration
-            let opened = try await Self.openDatabase(configuration)
-            reportOpening(opened)
-            markCommit = opened.markCommit
-            let database = opened.database
-            if case .file = configuration.database,
-                let failure = DatabaseFilePolicy.apply(
-                    to: database.path, protection: configuration.fileProtection,
-                    excludeFromBackup: configuration.excludesFromBackup)
-            {
-                diagnosticsCenter.report(
-                    .filePolicyNotApplied, error: failure,
-                    "the database files' protection class or backup exclusion could not be set")
-            }
-            log = EventLog(database: database, limits: configuration.writeBuffer.limits)
-            log.setQueueBounds(
-                QueueBounds(
-                    count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
-                    age: configuration.maximumEventAge))
-            let limits = EventLog.HistoryLimits(
-                maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
-            log.setHistoryLimits(limits)
-            let cutoff = limits.maximumAge.map { Date().timeIntervalSince1970 - $0 }
-            headAtOpen = try await SpoolError.bridgingAsync {
-                try await database.run { connection in
-                    _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
-                    return try connection.headPosition()
-                }
-            }
-        } catch {
-            state.withLock { $0.phase = .idle }
-            throw error
-        }
-        do {
-            let uploader = try await startUploader(log)
-            // Weak: the log must not keep the delivery queue or the uploader
-            // (which hold the log) alive.
-            // Survey conditions are counted inside each group's transaction:
-            // no later group, and no other process, commits in between.
-            log.setGroupReader { [weak surveys] events, connection in
-                guard let surveys, surveys.isActive else { return nil }
-                return surveys.triggered(by: events(), in: connection)
-            }
-            let freeSpace = makeFreeSpaceGuard(log)
-            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
-                // The rows are built only when someone will look at them.
-                if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
-                uploader?.committed(head: head)
-                markCommit?(head)
-                freeSpace?.committed()
-            }
-            log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
-            delivery.attach(log, follower: surveys)
-            try await attachDurableListeners(log)
-        } catch {
-            // Leave nothing half-started: the engine can be started again.
-            await stopUploader()
-            uploaderBox.withLock { $0 = nil }
-            await closeDatabase(log)
-            state.withLock { $0.phase = .idle }
-            throw SpoolError.bridge(error)
-        }
-        let closedMeanwhile = state.withLock { state -> Bool in
-            guard state.phase != .closed else { return true }
-            state.log = log
-            state.phase = .started
-            if case .withdrawnBeforeStart = state.uploads {
-                // Consent was withdrawn before start: what the queue held
-                // when the file was opened is never uploaded.
-                startDiscard(in: &state) { headAtOpen }
-            }
-            return false
-        }
-        if closedMeanwhile {
-            // close() ran while this was opening: close what was opened.
-            await stopUploader()
-            await closeDatabase(log)
-            throw SpoolError.closed
-        }
-        log.database.onDeferredWork.withLock { handler in
-            handler = { [weak self] in self?.runDeferredWorkInBackgroundWindow() }
-        }
-        startObservingLifecycle()
-        startSession()
-        // Ready fires once the start-up events (session_start and those
-        // recorded before start) are committed and delivered; start() returns
-        // after it fired. A commit failure here is already reported as a
-        // diagnostic, and the events stay buffered: ready fires regardless.
-        do { try await log.waitUntilAllDurable() } catch {}
-        delivery.async { [events] in
-            events.registrations.latch(.ready, .ready(at: Date().timeIntervalSince1970))
-        }
-        await delivery.drain()
-    }
-
-    /// Gives up every lease this engine holds, so another process sharing
-    /// the file takes over at once rather than when they expire.
-    private func releaseLeases(_ log: EventLog) async {
-        let owner = leaseOwner
-        heldDurables.withLock { $0.held.removeAll() }
-        do {
-            try await log.database.run { try $0.releaseLeases(owner: owner) }
-        } catch {
-            // Nothing is lost: a lease left behind expires by itself.
-            diagnosticsCenter.report(
-                .durableListenerStalled, error: SpoolError.bridge(error), "leases could not be released at close")
-        }
-    }
-
-    /// Lets go of everything the log's handlers and the delivery queue hold.
-    private func detach(_ log: EventLog) {
-        log.setCommitHandler(nil)
-        log.setGroupReader(nil)
-        log.setFailureHandler(nil)
-        delivery.attach(nil, follower: nil)
-        events.durableHooks.withLock { $0 = nil }
-    }
-
-    /// Commits everything accepted, delivers what is committed, saves durable
-    /// positions and closes the database. Records after this fail with
-    /// ``SpoolError/closed``. Events still waiting for a session are stored
-    /// without one.
-    ///
-    /// An upload in flight gets a few seconds to finish so its answer is
-    /// saved; if it does not, its events are sent again later (at least
-    /// once). Streams end, registrations are dropped, and another process
-    /// sharing the file takes over the uploader and durable listeners at
-    /// once. A closed engine cannot be started again: create a new one.
-    ///
-    /// Events that cannot be committed (the disk is full) are reported as an
-    /// ``SpoolDiagnostic/Kind/uncommittedAtClose`` diagnostic, and returned.
-    ///
-    /// - Returns: how many accepted events could not be committed (0 normally).
-    @discardableResult
-    public func close() async -> Int {
-        let (log, waiting, alreadyClosed) = state.withLock { state -> (EventLog?, [Waiting], Bool) in
-            guard state.phase != .closed else { return (nil, [], true) }
-            state.phase = .closed
-            defer { state.waiting.removeAll() }
-            return (state.log, state.waiting, false)
-        }
-        guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
-        stopObservingLifecycle()
-        log?.database.resume()  // what close() commits and saves needs the file
-        guard let log else {
-            for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
-            finishSubscribers()
-            return 0
-        }
-        for var entry in waiting {
-            entry.record.sessionID = nil
-            do {
-                entry.settle?(.appended(try log.appendPastBound(entry.record), log))
-            } catch {
-                entry.settle?(.failed(SpoolError.bridge(error)))
-            }
-        }
-        await stopUploader()
-        let report = await log.close()
-        if report.uncommitted > 0 {
-            diagnosticsCenter.report(
-                .uncommittedAtClose, eventCount: report.uncommitted, error: report.error.map(SpoolError.bridge),
-                "\(report.uncommitted) accepted events could not be committed before the database closed")
-        }
-        await delivery.drain()
-        await closeDatabase(log)
-        finishSubscribers()
-        return report.uncommitted
-    }
-
-    /// With the uploader stopped: gives up every lease, lets go of what the
-    /// log's handlers and the delivery queue hold, and closes the database.
-    private func closeDatabase(_ log: EventLog) async {
-        await releaseLeases(log)
-        detach(log)
-        log.database.close()
-    }
-
-    /// Ends every stream and drops every registration and diagnostic handler.
-    private func finishSubscribers() {
-        events.finishAll()
-        surveys.finishAll()
-        diagnosticsCenter.finishAll()
-        uploadResultCenter.finishAll()
     }
 
     /// Returns once every event accepted so far is committed and delivered,
@@ -446,131 +211,6 @@ public final class EventEngine: Sendable {
     /// streams are called on the delivery queue.
     public var diagnosticCounts: DiagnosticCounts {
         diagnosticsCenter.snapshot
-    }
-
-    // MARK: - Sessions
-
-    /// Starts a new session (ending the current one, if any): records
-    /// `session_start` and delivers the events that were waiting for it.
-    /// ``start()`` calls this; call it again when your app's session rules say
-    /// a new one begins.
-    public func startSession() {
-        let sessionID = EventID.make(
-            milliseconds: EventID.milliseconds(since1970: Date().timeIntervalSince1970),
-            random: UInt64.random(in: 0...UInt64.max),
-            UInt64.random(in: 0...UInt64.max))
-        let (notify, sessionStartError) = state.withLock {
-            state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
-            guard state.phase == .started, let log = state.log else { return ([], nil) }
-            if state.sessionID != nil { state.sessionCount = 0 }
-            state.sessionID = sessionID
-            var notify: [(Waiting, WaitingOutcome)] = []
-            var sessionStartError: (any Error)?
-            if state.enabled && state.consent {
-                do {
-                    // Under the engine's lock: never wait for room here.
-                    try log.appendPastBound(
-                        EventRecord(
-                            name: Self.sessionStartEventName, parametersJSON: "{}",
-                            recordedAt: Date().timeIntervalSince1970,
-                            sessionID: sessionID, priority: true, addsToHistory: true))
-                } catch {
-                    sessionStartError = SpoolError.bridge(error)
-                }
-            }
-            for var entry in state.waiting {
-                entry.record.sessionID = sessionID
-                let outcome: WaitingOutcome
-                do {
-                    outcome = .appended(try log.appendPastBound(entry.record), log)
-                } catch {
-                    outcome = .failed(SpoolError.bridge(error))
-                }
-                if entry.settle != nil { notify.append((entry, outcome)) }
-            }
-            state.waiting.removeAll()
-            return (notify, sessionStartError)
-        }
-        if let sessionStartError {
-            diagnosticsCenter.report(.sessionStartFailed, error: sessionStartError, "session_start was not recorded")
-        }
-        for (entry, outcome) in notify { entry.settle?(outcome) }
-    }
-
-    /// Ends the current session. Events recorded until the next
-    /// ``startSession()`` wait for it and count toward its limit.
-    public func endSession() {
-        state.withLock { state in
-            state.sessionID = nil
-            state.sessionCount = 0
-        }
-    }
-
-    /// The current session's id (a UUIDv7 string), or nil before ``start()``
-    /// and after ``endSession()``. Every event stored during the session
-    /// carries it.
-    public var currentSessionID: String? {
-        state.withLock { $0.sessionID }
-    }
-
-    // MARK: - Consent and switches
-
-    /// The user's data-collection consent. While false, nothing is recorded,
-    /// delivered or uploaded: `record` returns
-    /// ``RecordOutcome/droppedOptedOut``, and events waiting for a session
-    /// are discarded (a `recordDurably` waiting on one returns
-    /// `droppedOptedOut`).
-    ///
-    /// Withdrawing consent also discards the upload queue: nothing recorded
-    /// before is uploaded after, when consent returns, in this process or the
-    /// next. The events stay in the database for durable listeners and the
-    /// survey history (``withdrawConsent(erasingData:)`` can erase them, and
-    /// returns once the queue is discarded); uploads wait until the discard
-    /// is saved.
-    ///
-    /// The discard reaches as far as the last event this engine appended;
-    /// called before ``start()``, it reaches everything an earlier process
-    /// left queued, discarded when `start()` opens the file. An engine
-    /// *configured* with ``EngineConfiguration/consent`` false ("not granted
-    /// yet") keeps that queue until consent is withdrawn by this call;
-    /// ``eraseAllData()`` removes it either way.
-    public func setConsent(_ consent: Bool) {
-        let discarded = state.withLock { state -> [Waiting] in
-            state.consent = consent
-            guard !consent else { return [] }
-            defer { state.waiting.removeAll() }
-            guard let log = state.log else {
-                // Not started (or closed): the queue an earlier process left
-                // is discarded when start() opens it.
-                if state.phase == .idle || state.phase == .starting { state.uploads = .withdrawnBeforeStart }
-                return state.waiting
-            }
-            // Which events are "before" is settled now, under this lock:
-            // everything appended so far (also when an earlier withdrawal's
-            // discard still runs: this one follows it). The position arrives
-            // once they are committed.
-            let position = Promise<Result<Int64, any Error>>()
-            log.positionOfLastAppended(position.fulfill)
-            startDiscard(in: &state) { try await position.value.get() }
-            return state.waiting
-        }
-        for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
-    }
-
-    /// Turns recording on or off. While off, `record` drops events
-    /// (``RecordOutcome/droppedDisabled``) and nothing is uploaded; events
-    /// already stored stay queued.
-    public func setEnabled(_ enabled: Bool) {
-        state.withLock { $0.enabled = enabled }
-    }
-
-    /// Replaces the names that are stored and uploaded but never delivered to
-    /// listeners, as a remote configuration would.
-    ///
-    /// Applies to events delivered from now on, including those committed but
-    /// not yet delivered. `flush_event` stays excluded whatever you pass.
-    public func setExcludedEventNames(_ names: Set<String>) {
-        state.withLock { $0.undelivered = names.union([ReservedEventName.heartbeat]) }
     }
 
     // MARK: - Registrations

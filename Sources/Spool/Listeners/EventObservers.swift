@@ -6,38 +6,15 @@ import SpoolStorage
 /// Listeners may be added before `start()`: they stay registered and receive
 /// events once a session starts.
 public final class EventObservers: Sendable {
-    /// A listener with its own position in the log (a consumer row named
-    /// `listener:<id>`), so it resumes after a crash or restart.
-    final class Durable: Sendable {
-        let id: String
-        let listener: WeakBox<any EventListener>
-        let onMissed: (@Sendable (Int) -> Void)?
-
-        init(id: String, listener: any EventListener, onMissed: (@Sendable (Int) -> Void)?) {
-            self.id = id
-            self.listener = WeakBox(listener)
-            self.onMissed = onMissed
-        }
-
-        var consumerID: String { Self.consumerID(for: id) }
-
-        static func consumerID(for id: String) -> String { "listener:" + id }
-    }
-
-    /// What the engine does when durable listeners come and go (set once it
-    /// has a log to give them positions in).
-    struct DurableHooks: Sendable {
-        var added: @Sendable (Durable) -> Void
-        var removed: @Sendable (_ id: String, _ forget: Bool) -> Void
-    }
-
     private let listeners = Protected<[WeakBox<any EventListener>]>([])
-    private let durables = Protected<[String: Durable]>([:])
-    let durableHooks = Protected<DurableHooks?>(nil)
+    /// Durable listeners: what was added, their leases and positions.
+    let durables: DurableListeners
     /// `on(_:_:)` registrations and streams.
     let registrations = SubscriptionRegistry<EventTopic, RecordedEvent>()
 
-    init() {}
+    init(durables: DurableListeners) {
+        self.durables = durables
+    }
 
     // MARK: - Plain observers
 
@@ -103,21 +80,14 @@ public final class EventObservers: Sendable {
     public func addDurableObserver(
         _ listener: any EventListener, id: String, onMissed: (@Sendable (Int) -> Void)? = nil
     ) {
-        let durable = Durable(id: id, listener: listener, onMissed: onMissed)
-        durables.withLock { $0[id] = durable }
-        durableHooks.withLock { $0 }?.added(durable)
+        durables.add(DurableListeners.Durable(id: id, listener: listener, onMissed: onMissed))
     }
 
     /// Stops delivering to the durable listener `id`. With `forget`, its
     /// position is deleted too, so it no longer holds events back; without,
     /// it keeps its place and catches up when added again.
     public func removeDurableObserver(id: String, forget: Bool = false) {
-        durables.withLock { $0[id] = nil }
-        durableHooks.withLock { $0 }?.removed(id, forget)
-    }
-
-    func durableSnapshot() -> [Durable] {
-        durables.withLock { Array($0.values) }
+        durables.remove(id, forget: forget)
     }
 
     // MARK: - Swift concurrency

@@ -27,8 +27,7 @@ enum BackgroundActivity {
                 // The activity lasts as long as this block: wait here (a
                 // thread the system gives for it) until the work is done.
                 let done = DispatchSemaphore(value: 0)
-                // A task: the work is async, and this block must not return
-                // before it ends.
+                // Unstructured: the work is async and this synchronous block must outlive it.
                 Task {
                     await work(expiry)
                     done.signal()

@@ -33,8 +33,7 @@ extension EventEngine {
                 return true
             })
         else { return }
-        // A task: the notification's caller is synchronous, and the upload
-        // and suspension wait for the network and the database.
+        // Unstructured: the notification is synchronous; upload and suspension wait for network and file.
         Task { await self.goToBackground() }
     }
 
@@ -91,7 +90,7 @@ extension EventEngine {
     /// recorded events): run it in a background window, then suspend again.
     func runDeferredWorkInBackgroundWindow() {
         guard let log = state.withLock({ $0.log }) else { return }
-        // A task: called on the database queue, which must not wait here.
+        // Unstructured: called on the database queue, which must not wait for the window.
         Task {
             await BackgroundActivity.run("Spool: commit events recorded in the background") { expiry in
                 log.database.resume()

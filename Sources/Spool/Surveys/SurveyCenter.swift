@@ -4,12 +4,17 @@ import SpoolStorage
 /// Surveys, their trigger rules, and the lifecycle events they emit; the
 /// engine exposes it as ``EventEngine/surveys``.
 ///
-/// After each committed event, on the delivery queue: every registered survey
-/// for which the event is a trigger candidate (its name is in
-/// `triggerEventNames`, or any name for a wildcard survey — never a lifecycle
-/// event or the heartbeat) has its conditions evaluated over the persisted
-/// history, and each one that holds is reported to ``onTrigger(_:)`` and
-/// ``triggers()``, in registration order.
+/// Conditions are evaluated on Spool's database queue, inside the writer's
+/// transaction for each commit group, after the group's rows and history are
+/// written and before it commits: every registered survey for which an
+/// event is a trigger candidate (its name is in `triggerEventNames`, or any
+/// name for a wildcard survey — never a lifecycle event or the heartbeat) has
+/// its conditions counted over the persisted history as it stands at that
+/// event. No later group and no other process can commit in between. The
+/// triggers found are reported afterwards on the delivery queue, after the
+/// group's listeners, to ``onTrigger(_:)`` and ``triggers()``, in
+/// registration order (an event delivery does not allow — opted out, an
+/// excluded name — triggers nothing).
 ///
 /// ```swift
 /// try engine.surveys.register(Survey(id: "nps"))     // wildcard: any event
@@ -65,8 +70,8 @@ public final class SurveyCenter: Sendable {
 
     /// Registers `survey`, replacing one with the same id.
     ///
-    /// It takes part from the next delivered event on; events already
-    /// delivered are not matched again.
+    /// It takes part from the next commit group on; events already
+    /// committed are not matched again.
     ///
     /// - Throws: ``SurveyError`` for an empty id, an empty trigger list (use
     ///   `nil` for a wildcard), a negative count or window.
@@ -206,7 +211,7 @@ public final class SurveyCenter: Sendable {
     public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
         try condition.validate(surveyID: "")
         guard let database = context.database() else { throw SpoolError.notStarted }
-        let now = Date().timeIntervalSince1970
+        let now = database.clock.now
         return try await SpoolError.bridgingAsync {
             try await database.run { try condition.holds(at: .now(now), in: $0) }
         }
@@ -311,8 +316,8 @@ private final class GroupHistoryCounts {
         // A count below its cap is exact; one at its cap answers any smaller cap.
         if let known = known[key], known.count < known.cap || cap <= known.cap { return min(known.count, cap) }
         // Count far enough for every event of the group at once: counting
-        // each event's cap anew scanned the history once per event (seconds
-        // per group for a rule on a name with a long history).
+        // each event's cap anew would scan the history once per event
+        // (seconds per group for a rule on a name with a long history).
         let extra = inGroup[name, default: 0]
         let asked = cap > Int.max - extra ? Int.max : cap + extra
         let count = try connection.historyCount(of: name, since: since, until: nil, cap: asked)

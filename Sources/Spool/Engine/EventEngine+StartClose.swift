@@ -1,0 +1,262 @@
+import Foundation
+import SpoolStorage
+
+// MARK: - Starting and closing
+
+extension EventEngine {
+    /// Opens and migrates the database, starts a session (recording
+    /// `session_start`), delivers the events recorded before it, and fires
+    /// `.ready`.
+    ///
+    /// It checks the linked SQLite before touching any file, gives the
+    /// database files their data-protection class and backup exclusion
+    /// (Apple platforms: ``EngineConfiguration/fileProtection``,
+    /// ``EngineConfiguration/excludesFromBackup``), and starts following the
+    /// app's lifecycle (see ``applicationDidEnterBackground()``).
+    ///
+    /// The file work runs off the caller's executor, so calling this from the
+    /// main actor does not block it. When it returns, `session_start` and the
+    /// events recorded before it are committed and delivered, and every
+    /// ``EventTopic/ready`` callback has run. Durable listeners added before
+    /// this call have caught up with what they missed (unless another process
+    /// holds them).
+    ///
+    /// A file it cannot use as it is (not a database, malformed, cut short,
+    /// missing events it committed, a schema no migration explains) is
+    /// salvaged: set aside, with every row that can still be read copied into
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
+    /// file had committed and lost (a WAL deleted after a crash) are reported
+    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
+    ///
+    /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
+    ///   opened (``SpoolError/cannotOpen(path:reason:)``,
+    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``; with
+    ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
+    ///   salvage cannot finish, ``SpoolError/notADatabase(path:)``,
+    ///   ``SpoolError/damaged(path:reason:)``,
+    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
+    ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started
+    ///   again, and the events recorded meanwhile are kept.
+    ///   ``SpoolError/unsupportedSQLite(version:reason:)`` when the
+    ///   SQLite library the app links is too old or lacks the JSON functions
+    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
+    ///   ``SpoolError/closed`` after ``close()``.
+    public func start() async throws {
+        let finished = Promise<Void>()
+        try state.withLock { state in
+            switch state.phase {
+            case .idle:
+                state.phase = .starting
+                state.opening = finished
+            case .closed: throw SpoolError.closed
+            case .starting, .started: throw SpoolError.invalidConfiguration("start() was already called")
+            }
+        }
+        defer {
+            state.withLock { state in
+                state.opening = nil
+                if state.phase == .starting { state.phase = .idle }  // failed: it may be started again
+            }
+            finished.fulfill(())
+        }
+        let configuration = self.configuration
+        let opened = try await Self.openDatabase(configuration)
+        reportOpening(opened)
+        let markCommit = opened.markCommit
+        let database = opened.database
+        database.clock = configuration.clock
+        if case .file = configuration.database,
+            let failure = DatabaseFilePolicy.apply(
+                to: database.path, protection: configuration.fileProtection,
+                excludeFromBackup: configuration.excludesFromBackup)
+        {
+            diagnosticsCenter.report(
+                .filePolicyNotApplied, error: failure,
+                "the database files' protection class or backup exclusion could not be set")
+        }
+        let log = EventLog(database: database, limits: configuration.writeBuffer.limits)
+        log.setQueueBounds(
+            QueueBounds(
+                count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                age: configuration.maximumEventAge))
+        let limits = EventLog.HistoryLimits(
+            maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
+        log.setHistoryLimits(limits)
+        // The last event an earlier process left, read before this engine
+        // appends any: what a withdrawal before start() discards.
+        let headAtOpen: Int64
+        do {
+            let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
+            headAtOpen = try await database.run { connection in
+                _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
+                return try connection.headPosition()
+            }
+            let uploader = try await startUploader(log)
+            // Weak: the log must not keep the delivery queue or the uploader
+            // (which hold the log) alive.
+            // Survey conditions are counted inside each group's transaction:
+            // no later group, and no other process, commits in between.
+            log.setGroupReader { [weak surveys] events, connection in
+                guard let surveys, surveys.isActive else { return nil }
+                return surveys.triggered(by: events(), in: connection)
+            }
+            let freeSpace = makeFreeSpaceGuard(log)
+            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
+                // The rows are built only when someone will look at them.
+                if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
+                uploader?.committed(head: head)
+                markCommit?(head)
+                freeSpace?.committed()
+            }
+            log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
+            delivery.setFollower(surveys)
+            try await events.durables.open(log, owner: leaseOwner)
+        } catch {
+            // Leave nothing half-started: the engine can be started again.
+            await stopUploader()
+            uploaderBox.withLock { $0 = nil }
+            await closeDatabase(log)
+            throw SpoolError.bridge(error)
+        }
+        let closedMeanwhile = state.withLock { state -> Bool in
+            guard state.phase != .closed else { return true }
+            state.log = log
+            state.phase = .started
+            state.opening = nil
+            if case .withdrawnBeforeStart = state.uploads {
+                // Consent was withdrawn before start: what the queue held
+                // when the file was opened is never uploaded.
+                startDiscard(in: &state) { headAtOpen }
+            }
+            return false
+        }
+        if closedMeanwhile {
+            // close() ran while this was opening: close what was opened.
+            await stopUploader()
+            await closeDatabase(log)
+            throw SpoolError.closed
+        }
+        log.database.onDeferredWork.withLock { handler in
+            handler = { [weak self] in self?.runDeferredWorkInBackgroundWindow() }
+        }
+        startObservingLifecycle()
+        startSession()
+        // Ready fires once the start-up events (session_start and those
+        // recorded before start) are committed and delivered; start() returns
+        // after it fired. A commit failure here is already reported as a
+        // diagnostic, and the events stay buffered: ready fires regardless.
+        do { try await log.waitUntilAllDurable() } catch {}
+        delivery.async { [events] in
+            events.registrations.latch(.ready, .ready(at: configuration.clock.now))
+        }
+        await delivery.drain()
+    }
+
+    /// Gives up every lease this engine holds, so another process sharing
+    /// the file takes over at once rather than when they expire.
+    private func releaseLeases(_ log: EventLog) async {
+        let owner = leaseOwner
+        let attached = events.durables.close()
+        do {
+            try await log.database.run { try $0.releaseLeases(owner: owner) }
+        } catch {
+            // Nothing is lost: a lease left behind expires by itself. Each is
+            // reported under the kind of what it holds up.
+            // try?: when even the read fails, what this engine may hold stands for it.
+            let held = try? await log.database.run { try $0.consumers(leasedBy: owner) }
+            let durablePrefix = DurableListeners.Durable.consumerPrefix
+            if held.map({ $0.contains(Uploader.consumerID) }) ?? (uploaderBox.withLock { $0 } != nil) {
+                diagnosticsCenter.report(
+                    .uploadFailed, error: SpoolError.bridge(error),
+                    "the upload lease could not be released at close; another process uploads once it expires")
+            }
+            if held.map({ $0.contains { $0.hasPrefix(durablePrefix) } }) ?? attached {
+                diagnosticsCenter.report(
+                    .durableListenerStalled, error: SpoolError.bridge(error),
+                    "durable listener leases could not be released at close; they expire by themselves")
+            }
+        }
+    }
+
+    /// Lets go of everything the log's handlers and the delivery queue hold.
+    private func detach(_ log: EventLog) {
+        log.setCommitHandler(nil)
+        log.setGroupReader(nil)
+        log.setFailureHandler(nil)
+        delivery.setFollower(nil)
+    }
+
+    /// Commits everything accepted, delivers what is committed, saves durable
+    /// positions and closes the database. Records after this fail with
+    /// ``SpoolError/closed``. Events still waiting for a session are stored
+    /// without one.
+    ///
+    /// An upload in flight gets a few seconds to finish so its answer is
+    /// saved; if it does not, its events are sent again later (at least
+    /// once). Streams end, registrations are dropped, and another process
+    /// sharing the file takes over the uploader and durable listeners at
+    /// once. A closed engine cannot be started again: create a new one.
+    ///
+    /// Called while ``start()`` is still opening the database, it returns
+    /// once `start()` has closed what it opened (`start()` then throws
+    /// ``SpoolError/closed``).
+    ///
+    /// Events that cannot be committed (the disk is full) are reported as an
+    /// ``SpoolDiagnostic/Kind/uncommittedAtClose`` diagnostic, and returned.
+    ///
+    /// - Returns: how many accepted events could not be committed (0 normally).
+    @discardableResult
+    public func close() async -> Int {
+        let (log, waiting, opening, alreadyClosed) = state.withLock {
+            state -> (EventLog?, [Waiting], Promise<Void>?, Bool) in
+            guard state.phase != .closed else { return (nil, [], nil, true) }
+            state.phase = .closed
+            return (state.log, state.gates.takeWaiting(), state.opening, false)
+        }
+        guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
+        // A start() still opening sees the phase and closes what it opened.
+        await opening?.value
+        stopObservingLifecycle()
+        log?.database.resume()  // what close() commits and saves needs the file
+        guard let log else {
+            for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
+            finishSubscribers()
+            return 0
+        }
+        for var entry in waiting {
+            entry.record.sessionID = nil
+            do {
+                entry.settle?(.appended(try log.appendPastBound(entry.record), log))
+            } catch {
+                entry.settle?(.failed(SpoolError.bridge(error)))
+            }
+        }
+        await stopUploader()
+        let report = await log.close()
+        if report.uncommitted > 0 {
+            diagnosticsCenter.report(
+                .uncommittedAtClose, eventCount: report.uncommitted, error: report.error.map(SpoolError.bridge),
+                "\(report.uncommitted) accepted events could not be committed before the database closed")
+        }
+        await delivery.drain()
+        await closeDatabase(log)
+        finishSubscribers()
+        return report.uncommitted
+    }
+
+    /// With the uploader stopped: gives up every lease, lets go of what the
+    /// log's handlers and the delivery queue hold, and closes the database.
+    private func closeDatabase(_ log: EventLog) async {
+        await releaseLeases(log)
+        detach(log)
+        log.database.close()
+    }
+
+    /// Ends every stream and drops every registration and diagnostic handler.
+    private func finishSubscribers() {
+        events.finishAll()
+        surveys.finishAll()
+        diagnosticsCenter.finishAll()
+        uploadResultCenter.finishAll()
+    }
+}
