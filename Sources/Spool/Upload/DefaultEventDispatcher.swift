@@ -20,7 +20,7 @@ import SpoolStorage
 ///     request: UploadRequestOptions(allowsConstrainedNetworkAccess: false))
 /// ```
 ///
-/// Parameters follow the seed's rules (each is tested):
+/// Parameters follow these rules (each is tested):
 /// - `batchSize`: default 10; 1 sends each event alone; 0 or less uses the
 ///   default. A format's own per-request limit also applies.
 /// - `timerInterval`: default 60 s; 0 sends as soon as events are committed;

@@ -21,7 +21,7 @@ struct UploadClient: Sendable {
     enum Sender: Sendable {
         /// Spool builds the whole request; the transport moves it.
         case transport(any UploadTransport)
-        /// A dispatcher with the seed's contract: the body only, through its
+        /// A dispatcher with the `EventDispatcher` contract: the body only, through its
         /// completion handler.
         case dispatcher(any EventDispatcher)
     }
