@@ -41,7 +41,9 @@ struct NetworkPathTests {
         #expect(await collector.waitFor(timeout: 10) { $0.contains { $0.status == 200 } })
         let delivered = try #require(collector.requests().first { $0.status == 200 })
         let latency = delivered.t - online
-        #expect(latency < 1, "started \(Int(latency * 1_000)) ms after the path returned, not after the 60 s backoff")
+        // Well inside the 60 s backoff (1–2 ms on an idle machine; how fast
+        // is spool-bench's business, not this test's).
+        #expect(latency < 30, "started \(Int(latency * 1_000)) ms after the path returned, not after the 60 s backoff")
         #expect(await collector.waitFor { Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: offline) })
         await engine.close()
     }
