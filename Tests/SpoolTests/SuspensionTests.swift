@@ -26,11 +26,12 @@ struct SuspensionTests {
     /// Waits (bounded) until the engine is suspended and the file free: work
     /// that arrived just before runs in a short window first.
     func waitUntilFree(_ engine: EventEngine, _ path: String) async throws -> Bool {
-        try await waitUntil(timeout: 2, interval: 0.01) { try engine.isDatabaseSuspended && Self.fileIsFree(path) }
+        try await waitUntil(timeout: 10, interval: 0.01) { try engine.isDatabaseSuspended && Self.fileIsFree(path) }
     }
 
     func waitUntilSuspended(_ engine: EventEngine, _ suspended: Bool = true) async throws {
-        try await waitUntil(timeout: 4, interval: 0.01) { engine.isDatabaseSuspended == suspended }
+        // Generous bounds: the suite runs collector and child processes side by side.
+        try await waitUntil(timeout: 20, interval: 0.01) { engine.isDatabaseSuspended == suspended }
         try #require(engine.isDatabaseSuspended == suspended)
     }
 
