@@ -102,9 +102,6 @@ final class HTTPTransport: CallbackUploadTransport {
         var withBody = request
         withBody.httpBody = body
         let task = session.dataTask(with: withBody) { data, response, error in
-            // The box holds the task and the task holds this handler: let go
-            // of the finished task, or every request body stays in memory.
-            current.withLock { $0 = nil }
             if let error {
                 completion(.failure(error))
                 return
