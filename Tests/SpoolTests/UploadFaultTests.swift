@@ -33,7 +33,7 @@ struct UploadFaultTests {
         try await engine.settle()
         // The automatic retries carry it through the four failures.
         #expect(
-            await collector.waitFor(timeout: 15) {
+            await collector.waitFor(timeout: 60) {
                 Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids)
             })
         let requests = collector.requests()
