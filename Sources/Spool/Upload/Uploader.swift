@@ -54,7 +54,7 @@ actor Uploader {
     let log: EventLog
     let client: UploadClient
     let settings: Settings
-    private let isAllowed: @Sendable () -> Bool
+    let isAllowed: @Sendable () -> Bool
     let diagnostics: DiagnosticsCenter
     /// The engine's name in the lease column.
     let owner: String
@@ -74,7 +74,7 @@ actor Uploader {
     var retryTask: Task<Void, Never>?
     private var timerTask: Task<Void, Never>?
     var random = FastRandom()
-    private var closed = false
+    var closed = false
     /// Holds from ``pause()``: while above zero no pass starts.
     private var pauses = 0
     /// A trigger arrived while paused: run once resumed.
@@ -351,99 +351,6 @@ actor Uploader {
     /// `stop()` waited long enough for the request in flight.
     private func abandonInFlight() {
         resumeStopped()
-    }
-
-    // MARK: - A flush pass
-
-    /// What one read under the lease found.
-    private enum Step {
-        case batch(UploadBatch)
-        /// The next event is over the format's per-event limit.
-        case oversized(position: Int64, bytes: Int)
-        case empty
-        case heldElsewhere(ConsumerLease)
-    }
-
-    private func drain(force: Bool) async throws {
-        // Each database call saves the previous batch's success, renews the
-        // lease and reads the next batch, in one transaction.
-        var uploaded: (first: Int64, last: Int64)?
-        while !closed {
-            guard isAllowed() else { break }  // nothing is uploaded while opted out
-            if !force, !networkAvailable { break }  // the path's return triggers the next pass
-            if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
-            let step = try saveAndRead(uploaded)
-            uploaded = nil
-            switch step {
-            case .empty:
-                // Drained: the file gives back what the queue no longer needs.
-                log.scheduleShrink()
-                return
-            case .heldElsewhere(let lease):
-                throw heldElsewhere(lease)
-            case .oversized(let position, let bytes):
-                try deadLetterOversized(at: position, bytes: bytes)
-            case .batch(let batch):
-                if try await send(batch) { uploaded = (batch.first, batch.last) }
-            }
-        }
-        if let uploaded { _ = try saveAndRead(uploaded, read: false) }
-    }
-
-    /// Another process holds the lease: retry when it is free.
-    func heldElsewhere(_ lease: ConsumerLease) -> UploadError {
-        retryWhenFree(lease)
-        return UploadError.retryable("another process (\(lease.owner)) is uploading")
-    }
-
-    /// In one transaction: saves the uploader's position at `through`
-    /// (deleting the prefix every consumer finished), takes or renews the
-    /// lease, and reads the next batch after the position *in the database*.
-    /// With nothing left to send the lease is given up.
-    private func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
-        let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
-        let records = takeRecords()
-        let (step, position, head, passed) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64, Int64) in
-                try connection.recordUploadBatches(records)
-                var passed: Int64 = 0
-                if let uploaded {
-                    // Events the queue bound dropped while their request was
-                    // in flight are counted as dropped, not uploaded as well.
-                    let before = try connection.position(of: consumer) ?? 0
-                    passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
-                    try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
-                }
-                let position = try connection.position(of: consumer) ?? 0
-                let head = try connection.headPosition()
-                guard read else {
-                    try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head, passed)
-                }
-                let now = Date().timeIntervalSince1970
-                if let lease = try connection.acquireLease(
-                    consumer, owner: owner, now: now, duration: settings.leaseDuration)
-                {
-                    return (.heldElsewhere(lease), position, head, passed)
-                }
-                switch try UploadBatch.read(
-                    after: position, limit: settings.batchSize, anyFormat: format, from: connection)
-                {
-                case .batch(let batch)?: return (.batch(batch), position, head, passed)
-                case .oversized(let at, let bytes)?:
-                    return (.oversized(position: at, bytes: bytes), position, head, passed)
-                case nil:
-                    try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head, passed)
-                }
-            }
-        }
-        counters.uploaded -= Int(passed)
-        signals.withLock { signals in
-            signals.position = position
-            signals.head = max(signals.head, head)
-        }
-        return step
     }
 
 }
