@@ -43,7 +43,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C5: dead letters put back while a request is in flight, and twice at once: each arrives exactly once")
     func requeueWhileInFlightAndTwiceAtOnce() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(directory, collector, count: 9, bad: [1, 4, 7])
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let queued = try recordEvents(engine, 5, prefix: "queued")
@@ -67,7 +67,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C5: dead letters put back and then erased: the collector never gets them after eraseAllData")
     func requeueThenErase() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(directory, collector, count: 9, bad: [2, 5])
         try await collector.control(["path_status": ["/collect": 503]])
         #expect(try await engine.requeueDeadLetters() == 2)
@@ -86,7 +86,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C5, L3: a dead letter recorded before consent was withdrawn is not uploaded after consent returns")
     func requeueAfterConsentWasWithdrawn() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(directory, collector, count: 5, bad: [2])
         try await engine.withdrawConsent()
         engine.setConsent(true)
@@ -105,7 +105,7 @@ extension CollectorBoundaryAdversaryTests {
     )
     func requeueFillingTheBound() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(
             directory, collector, count: 9, bad: [0, 1, 2, 3, 4], maxQueueSize: 100)
         try await collector.control(["mode": "status", "status": 503])
@@ -134,7 +134,7 @@ extension CollectorBoundaryAdversaryTests {
     )
     func requeuedEventsAndADurableListenerAway() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let listener = CollectingListener()
         let (engine, _) = try await Self.engineWithDeadLetters(
             directory, collector, count: 5, bad: [2], maxQueueSize: 100,
@@ -165,7 +165,7 @@ extension CollectorBoundaryAdversaryTests {
     )
     func requeueWithASecondProcess() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(directory, collector, count: 20, bad: [3, 9, 15])
         let worker = try ProcessBoundaryTests.Child(
             [
@@ -198,7 +198,7 @@ extension CollectorBoundaryAdversaryTests {
     static func heldBatchOverTheBound(_ directory: TemporaryDirectory, newer count: Int) async throws -> (
         TestCollector, EventEngine, held: [String], newer: [String]
     ) {
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, maxQueueSize: 150, requestTimeout: 30, retry: fastRetry)

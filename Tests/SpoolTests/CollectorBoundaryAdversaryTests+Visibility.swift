@@ -36,7 +36,7 @@ extension CollectorBoundaryAdversaryTests {
     func resultsAgreeWithTheCollector() async throws {
         let directory = TemporaryDirectory()
         let ids = try await Self.prefill(directory, 29)
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["reject_ids": [ids[15]], "mode": "status", "status": 503, "times": 1])
         let handled = Protected<[UploadBatchResult]>([])
         var configuration = uploadingConfiguration(
@@ -72,7 +72,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C6: upload_batches keeps the last 1,000 requests, and they are the collector's last 1,000")
     func batchTableKeepsTheLastThousand() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1, retry: Self.slowRetry)
         try await engine.start()
         _ = try recordEvents(engine, 1_100)
@@ -104,7 +104,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C6: the documented query \"was event X sent?\" finds exactly the request that carried each event of a burst")
     func documentedQueryForABurst() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, retry: Self.slowRetry)
         try await engine.start()
         _ = try recordEvents(engine, 199)  // with session_start: 20 requests of 10
@@ -129,7 +129,7 @@ extension CollectorBoundaryAdversaryTests {
     @Test("C6: after a dead letter is put back, the documented query finds every event of the request that carried it")
     func documentedQueryAfterARequeue() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, retry: Self.slowRetry,
             request: UploadRequestOptions(compression: .identity))

@@ -96,7 +96,7 @@ struct CollectorBoundaryAdversaryTests {
         let directory = TemporaryDirectory()
         let ids = try await Self.prefill(directory, shape.queued - 1)
         let bad = shape.bad.map { ids[$0] }
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["reject_ids": bad])
         let engine = uploadingEngine(directory, collector: collector, batchSize: shape.batchSize, retry: Self.slowRetry)
         try await engine.start()
@@ -132,7 +132,7 @@ struct CollectorBoundaryAdversaryTests {
     func badRequestToEverything() async throws {
         let directory = TemporaryDirectory()
         let ids = try await Self.prefill(directory, 99)  // 100 events: one full batch
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 400])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, retry: Self.slowRetry)
         try await engine.start()
@@ -162,7 +162,7 @@ struct CollectorBoundaryAdversaryTests {
         arguments: [400, 413, 422])
     func refusalOfEverythingOneEventAtATime(_ status: Int) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, retry: Self.slowRetry)
         try await engine.start()
         let first = try recordEvents(engine, 1, prefix: "before")
@@ -191,7 +191,7 @@ struct CollectorBoundaryAdversaryTests {
     func badRequestWindowEndingMidBisection(_ k: Int) async throws {
         let directory = TemporaryDirectory()
         let ids = try await Self.prefill(directory, 99)
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 400, "times": k])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, retry: Self.slowRetry)
         try await engine.start()
@@ -209,7 +209,7 @@ struct CollectorBoundaryAdversaryTests {
         let directory = TemporaryDirectory()
         let pad = String(repeating: "p", count: 300)
         let ids = try await Self.prefill(directory, 99, parameters: { ["i": .int($0), "pad": .string(pad)] })
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         // About 25 of these events fit in a request.
         try await collector.control(["max_bytes": 12_000, "reject_ids": [ids[60]]])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, retry: Self.slowRetry)
@@ -226,7 +226,7 @@ struct CollectorBoundaryAdversaryTests {
     )
     func oneHugeEventAlone() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["max_bytes": 5_000])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, retry: Self.slowRetry)
         try await engine.start()
@@ -251,7 +251,7 @@ struct CollectorBoundaryAdversaryTests {
     func plainJSONEndpointWithABadEvent() async throws {
         let directory = TemporaryDirectory()
         let ids = try await Self.prefill(directory, 199)  // two full batches of 100
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["plain_json": true, "reject_ids": [ids[30]]])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, retry: Self.slowRetry)
         try await engine.start()
@@ -278,7 +278,7 @@ struct CollectorBoundaryAdversaryTests {
     @Test("C1: 415 naming identity only: sent again uncompressed, remembered; after a restart no gzip request at all")
     func unsupportedMediaTypeNamingIdentity() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["refuse_gzip": true, "accept_encoding": "identity"])
         let turnedOff = Protected(0)
         var configuration = uploadingConfiguration(
@@ -305,7 +305,7 @@ struct CollectorBoundaryAdversaryTests {
     )
     func unsupportedMediaTypeThatAcceptsGzip() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["refuse_gzip": true, "accept_encoding": "gzip, identity"])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, retry: Self.slowRetry)
         try await engine.start()

@@ -21,7 +21,7 @@ struct CollectorBoundaryTests {
     @Test("C1: a plain JSON endpoint that cannot read gzip: every event arrives, none is dead-lettered, one extra request")
     func plainJSONEndpointWithoutGzip() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["plain_json": true])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
         try await engine.start()
@@ -48,7 +48,7 @@ struct CollectorBoundaryTests {
     @Test("C4: a request held while the retention bound drops its events, then refused with 401: nothing unsent is dead-lettered")
     func heldRequestRefusedAfterTheRetentionBound() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, timerInterval: 60, maxQueueSize: 150)
@@ -70,7 +70,7 @@ struct CollectorBoundaryTests {
     @Test("C2: 401 until the header provider has the new key: the events wait, then every one arrives")
     func unauthorizedUntilTheKeyIsFixed() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["require_headers": ["x-api-key": "new"]])
         let key = Protected("old")
         let request = UploadRequestOptions(headerProvider: { ["X-API-Key": key.withLock { $0 }] })
@@ -90,7 +90,7 @@ struct CollectorBoundaryTests {
     @Test("C2: a collector path answering 404 for 3 s during a deploy: the events wait, then every one arrives")
     func notFoundDuringADeploy() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["path_status": ["/collect": 404]])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await engine.start()
@@ -113,7 +113,7 @@ struct CollectorBoundaryTests {
     @Test("C3: bisection: one bad event in 64 costs at most 2·log2(64) more requests; a batch refused at every level is not split further")
     func bisectionIsBounded() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
         try await engine.start()
         let ids = try recordEvents(engine, 63)  // with session_start: one batch of 64
@@ -147,7 +147,7 @@ struct CollectorBoundaryTests {
         arguments: [401, 403, 404, 405, 407, 411, 414, 415])
     func requestRefusalsKeepTheEvents(status: Int) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["path_status": ["/collect": status]])
         let held = Protected(0)
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20)
@@ -172,7 +172,7 @@ struct CollectorBoundaryTests {
     @Test("C5: dead letters go back to the tail of the log with their ids, for the uploader only")
     func deadLettersCanBePutBack() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let listener = CollectingListener()
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
         configuration.dispatcher = DefaultEventDispatcher(
@@ -204,7 +204,7 @@ struct CollectorBoundaryTests {
     @Test("C5: dead letters put back never push queued events out: at most the room the queue bound leaves")
     func requeueRespectsTheQueueBound() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maxQueueSize: 100)
         try await engine.start()
         let refused = try recordEvents(engine, 9, prefix: "early")
@@ -228,7 +228,7 @@ struct CollectorBoundaryTests {
     @Test("C5: dead letters have a count bound, and what it removes is counted")
     func deadLettersAreBounded() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
         configuration.deadLetterLimits = DeadLetterLimits(maximumCount: 2, maximumAge: nil)
         let evicted = Protected(0)
@@ -259,7 +259,7 @@ struct CollectorBoundaryTests {
     @Test("C6: every request is a result on the stream and a row in upload_batches, splits included")
     func everyRequestIsRecorded() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, request: UploadRequestOptions(compression: .identity))
         try await engine.start()

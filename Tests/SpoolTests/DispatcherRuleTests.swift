@@ -17,7 +17,7 @@ struct DispatcherRuleTests {
         #expect(DefaultEventDispatcher(batchSize: -5).batchSize == 10)
 
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1)
         try await engine.start()
         for index in 0..<4 { try engine.record("single_\(index)") }
@@ -31,7 +31,7 @@ struct DispatcherRuleTests {
     @Test("P2, D2: a batch goes out when the pending count reaches batchSize, not before", .needsChildProcesses)
     func flushesBySize() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
         for index in 0..<8 { try engine.record("e\(index)") }  // 9 with session_start
@@ -53,7 +53,7 @@ struct DispatcherRuleTests {
         #expect(DefaultEventDispatcher(timerInterval: -1).timerInterval == 60)
 
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let immediate = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 0)
         try await immediate.start()
         #expect(await collector.waitFor { $0.flatMap(\.ids).count >= 1 }, "session_start went out alone")
@@ -62,7 +62,7 @@ struct DispatcherRuleTests {
         await immediate.close()
 
         let timedDirectory = TemporaryDirectory()
-        let timedCollector = try TestCollector(timedDirectory)
+        let timedCollector = try await TestCollector(timedDirectory)
         let timed = uploadingEngine(timedDirectory, collector: timedCollector, batchSize: 100, timerInterval: 0.3)
         let started = Date()
         try await timed.start()
@@ -84,7 +84,7 @@ struct DispatcherRuleTests {
         #expect(DefaultEventDispatcher(batchSize: 500, maxQueueSize: 200).maxQueueSize == 500)
 
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maxQueueSize: 100)
         try await engine.start()
@@ -118,7 +118,7 @@ struct DispatcherRuleTests {
         .needsChildProcesses)
     func backingStores() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         for (store, name) in [(DataStoreType.file, "Queue"), (.userDefaults, "Defaults"), (.memory, "Memory")] {
             let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 60)
             let location = dispatcher.databaseLocation(in: directory.url)
@@ -158,7 +158,7 @@ struct DispatcherRuleTests {
     @Test("D7: POST to the event's url, body as given, content-type application/json", .needsChildProcesses)
     func postsTheBodyAsGiven() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let dispatcher = DefaultEventDispatcher()
         let body = Data(#"{"exactly":"these bytes","n":[1,2.50,3]}"#.utf8)
         let outcome = await dispatcher.dispatch(body, to: collector.url)
@@ -229,7 +229,7 @@ struct DispatcherRuleTests {
         .needsChildProcesses)
     func backgroundFlush() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
         try await engine.start()
         try engine.record("before_background")
@@ -259,7 +259,7 @@ struct DispatcherRuleTests {
         .needsChildProcesses)
     func offlineAcrossRestarts() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         collector.stop()  // offline
         let first = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await first.start()
@@ -267,7 +267,7 @@ struct DispatcherRuleTests {
         await #expect(throws: UploadError.self) { try await first.flush() }
         await first.close()
 
-        try collector.restart()  // online again, same port
+        try await collector.restart()  // online again, same port
         let second = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await second.start()
         try await second.flush()

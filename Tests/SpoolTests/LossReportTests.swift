@@ -12,7 +12,7 @@ struct LossReportTests {
     @Test("P5: the WAL deleted after a SIGKILL: the events it took are reported missing, once, with their count")
     func walDeletedAfterAKill() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let path = directory.defaultDataStoreURL.path
         // 239 events and a session_start checkpointed into the file; then
         // 262 and a session_start committed to the WAL only.
@@ -57,7 +57,7 @@ struct LossReportTests {
     @Test("P5: a database the app deleted, leaving the mark beside it, is a new file, not a loss")
     func aDeletedDatabaseIsNoLoss() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 30)
         let path = directory.defaultDataStoreURL.path
         #expect(FileManager.default.fileExists(atPath: path + "-mark"))
@@ -72,7 +72,7 @@ struct LossReportTests {
     @Test("P5: events deleted from the log's tail: reported with salvage off, salvaged and counted lost with it on")
     func aMissingTailIsFound() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 40)
         let path = directory.defaultDataStoreURL.path
         try DamagedFiles.cli(path, "DELETE FROM events WHERE seq > 30")

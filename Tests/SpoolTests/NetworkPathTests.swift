@@ -11,7 +11,7 @@ struct NetworkPathTests {
     @Test("without a network path automatic uploads wait and spend no retries; when a path returns they start at once, not after the backoff")
     func uploadsWaitForANetworkPath() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let path = ManualNetworkPath(available: false)
         var configuration = uploadingConfiguration(
             directory, collector: collector, batchSize: 5, timerInterval: 0.05,

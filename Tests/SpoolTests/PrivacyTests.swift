@@ -38,7 +38,7 @@ struct PrivacyTests {
     )
     func erasureLeavesNoTrace() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let listener = CollectingListener()
         let missed = Protected(0)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
@@ -86,7 +86,7 @@ struct PrivacyTests {
     )
     func withdrawnConsentNeverUploadsWhatCameBefore() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])  // nothing gets through yet
         let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await first.start()
@@ -114,7 +114,7 @@ struct PrivacyTests {
     )
     func aSecondWithdrawalDuringADiscardIsKept() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await engine.start()
@@ -139,7 +139,7 @@ struct PrivacyTests {
     )
     func withdrawalBeforeStartDiscardsTheEarlierQueue() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])
         let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         try await first.start()
@@ -221,7 +221,7 @@ struct PrivacyTests {
         .needsChildProcesses)
     func theFileShrinksBackAfterADrain() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         // Nothing gets through while the queue fills (size-triggered uploads
         // would otherwise drain part of it on a slow machine).
         try await collector.control(["mode": "status", "status": 503])

@@ -73,7 +73,7 @@ struct ProcessBoundaryTests {
     )
     func twoProcessesShareOneFile() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let path = directory.databaseURL.path
         #expect(!FileManager.default.fileExists(atPath: path), "a new file")
         let seconds = 10.0

@@ -20,7 +20,7 @@ struct QueueBoundsTests {
     @Test("D4: past maximumQueueBytes the oldest events give way, counted as dropped over bytes and reported")
     func theByteBoundDropsTheOldest() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         collector.stop()  // nothing is uploaded: the queue only grows
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000)
         configuration.maximumQueueBytes = 20_000
@@ -53,7 +53,7 @@ struct QueueBoundsTests {
     @Test("D4: events older than maximumEventAge give way at the next commit, counted as dropped over age")
     func theAgeBoundDropsOldEvents() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         collector.stop()
         let configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000)
         let first = EventEngine(configuration: configuration)
@@ -82,7 +82,7 @@ struct QueueBoundsTests {
     @Test("D4: the count bound's drops are counted apart from the others")
     func theCountBoundIsCountedApart() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         collector.stop()
         let engine = uploadingEngine(directory, collector: collector, batchSize: 50, maxQueueSize: 100)
         try await engine.start()

@@ -50,8 +50,8 @@ struct RedirectTests {
         .needsChildProcesses, arguments: redirectStatuses, Target.allCases)
     func redirectMatrix(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let other = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
+        let other = try await TestCollector(directory)
         let location = location(target, collector: collector, other: other)
         try await collector.control(["mode": "redirect", "status": status, "location": location, "times": 1])
 
@@ -83,7 +83,7 @@ struct RedirectTests {
     @Test("a followed redirect reports the follow-up's answer, Retry-After included", .needsChildProcesses)
     func followUpAnswerIsTheOutcome() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control([
             "mode": "redirect", "status": 308, "location": "http://127.0.0.1:\(collector.port)/other",
             "path_status": ["/other": 503], "retry_after": "7",
@@ -96,7 +96,7 @@ struct RedirectTests {
     @Test("a relative Location on the same origin is followed", .needsChildProcesses)
     func relativeLocationIsFollowed() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": "/other", "times": 1])
         let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(outcome.isSuccess)
@@ -108,7 +108,7 @@ struct RedirectTests {
     @Test("a redirect without a Location comes back as itself", .needsChildProcesses)
     func missingLocation() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "times": 1])
         let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         #expect(
@@ -121,7 +121,7 @@ struct RedirectTests {
     @Test("a redirect loop stops after 3 hops and comes back as the 3xx, naming the hop limit", .needsChildProcesses)
     func redirectLoopStops() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "redirect", "status": 307, "location": collector.url.absoluteString])
         let outcome = await Self.dispatcher.dispatch(Self.body, to: collector.url)
         guard case .response(let status, let retryAfter, let message) = outcome else {
@@ -194,8 +194,8 @@ struct RedirectTests {
         arguments: [307, 308])
     func engineFollowsSameOrigin(status: Int) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let other = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
+        let other = try await TestCollector(directory)
         try await collector.control([
             "mode": "redirect", "status": status, "location": "http://127.0.0.1:\(collector.port)/other", "times": 1,
         ])
@@ -230,8 +230,8 @@ struct RedirectTests {
         .needsChildProcesses, arguments: unfollowed)
     func engineKeepsEventsOnRedirect(status: Int, target: Target) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let other = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
+        let other = try await TestCollector(directory)
         let location = location(target, collector: collector, other: other)
         try await collector.control(["mode": "redirect", "status": status, "location": location, "times": 1])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)

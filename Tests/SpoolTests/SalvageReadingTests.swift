@@ -11,7 +11,7 @@ struct SalvageReadingTests {
     @Test("P4: a garbage page in the middle of the events: the rows around it recovered, its rows counted lost")
     func aGarbagePageInTheMiddle() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
         let path = directory.defaultDataStoreURL.path
         try DamagedFiles.cli(path, "INSERT INTO collectors (url, gzip_refused_at) VALUES ('https://c.example/v1', 1.5)")
@@ -63,7 +63,7 @@ struct SalvageReadingTests {
     @Test("P4: two processes opening a damaged file together: one salvages, the other waits and opens its result")
     func twoProcessesSalvageOnce() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 200)
         let path = directory.defaultDataStoreURL.path
         try DamagedFiles.cli(path, "PRAGMA user_version = 1")

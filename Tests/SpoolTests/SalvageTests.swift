@@ -15,7 +15,7 @@ struct SalvageTests {
     @Test("P4: 64 KiB of garbage is set aside and never deleted; a fresh file takes its place")
     func garbageIsSetAside() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let path = directory.defaultDataStoreURL.path
         let garbage = DamagedFiles.garbage(65_536)
         try garbage.write(to: directory.defaultDataStoreURL)
@@ -51,7 +51,7 @@ struct SalvageTests {
     @Test("P4: garbage behind a valid SQLite header is set aside; a fresh file takes its place")
     func garbageBehindAValidHeader() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 50)
         let url = directory.defaultDataStoreURL
         let damaged = try Data(contentsOf: url).prefix(100) + DamagedFiles.garbage(65_536 - 100)
@@ -72,7 +72,7 @@ struct SalvageTests {
     @Test("P4: user_version lowered below the tables: every row recovered, nothing lost, the queue uploads")
     func loweredUserVersion() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 120)
         let path = directory.defaultDataStoreURL.path
         let historyRows = Int(try DamagedFiles.cli(path, "SELECT count(*) FROM event_history")) ?? -1
@@ -102,7 +102,7 @@ struct SalvageTests {
     @Test("P4: a file cut in the middle of a page: the rows before the cut recovered, the rest counted lost")
     func truncatedMidPage() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
         let path = directory.defaultDataStoreURL.path
         let lastPage = try DamagedFiles.cli(path, "SELECT name FROM dbstat ORDER BY pageno DESC LIMIT 1")
@@ -148,7 +148,7 @@ struct SalvageTests {
     @Test("P4: salvage off — start() throws a typed error at every launch and leaves the file untouched")
     func salvageOff() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
         let url = directory.defaultDataStoreURL
         let path = url.path
@@ -188,7 +188,7 @@ struct SalvageTests {
     @Test("P4: a newer schema still throws, with salvage on, and the file is left untouched")
     func newerSchemaStillThrows() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 10)
         let url = directory.defaultDataStoreURL
         try DamagedFiles.cli(url.path, "PRAGMA user_version = 99")
@@ -224,7 +224,7 @@ struct SalvageTests {
     @Test("P4: only the last damaged copy is kept; it expires, and erasure deletes it")
     func damagedCopiesAreBounded() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 5)
         let path = directory.defaultDataStoreURL.path
         var copies: [String] = []

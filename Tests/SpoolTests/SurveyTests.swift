@@ -142,7 +142,7 @@ struct SurveyTests {
         "P1: the history survives a restart and the upload of its events, and is pruned by age", .needsChildProcesses)
     func historySurvivesRestartAndIsPruned() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let dispatcher = DefaultEventDispatcher(timerInterval: 60)
         var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
         configuration.historyRetention = 30 * 86_400

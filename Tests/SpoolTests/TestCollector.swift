@@ -56,11 +56,12 @@ final class TestCollector: @unchecked Sendable {
             .appendingPathComponent("Collector").appendingPathComponent("collector.py").path
     }
 
-    init(_ directory: TemporaryDirectory, port: Int = 0) throws {
+    /// Starts the collector and waits (at most 10 s) for it to listen.
+    init(_ directory: TemporaryDirectory, port: Int = 0) async throws {
         logURL = directory.file("collector-\(UUID().uuidString.prefix(6)).jsonl")
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         self.port = port
-        try launch()
+        try await launch()
     }
 
     deinit {
@@ -68,7 +69,7 @@ final class TestCollector: @unchecked Sendable {
         releasePort()
     }
 
-    private func launch() throws {
+    private func launch() async throws {
         #if os(Linux) || os(macOS)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -79,8 +80,10 @@ final class TestCollector: @unchecked Sendable {
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
             try process.run()
-            // Bounded wait for "PORT n".
-            let text = readFirstLine(output.fileHandleForReading.fileDescriptor, timeout: 10)
+            // Bounded wait for "PORT n", on a thread of its own: dozens of
+            // tests start collectors at once.
+            let descriptor = output.fileHandleForReading.fileDescriptor
+            let text = await onOwnThread { readFirstLine(descriptor, timeout: 10) }
             guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
                 let port = Int(line.dropFirst(5))
             else {
@@ -136,17 +139,17 @@ final class TestCollector: @unchecked Sendable {
     }
 
     /// Up again on the same port, with the same log.
-    func restart() throws {
+    func restart() async throws {
         stop()
         releasePort()
         var attempts = 0
         while true {
             do {
-                try launch()
+                try await launch()
                 return
-            } catch  where attempts < 20 {
+            } catch where attempts < 20 {
                 attempts += 1
-                Thread.sleep(forTimeInterval: 0.1)
+                try await Task.sleep(nanoseconds: 100_000_000)
             }
         }
     }
@@ -271,7 +274,7 @@ func readFirstLine(_ descriptor: Int32, timeout: TimeInterval) -> String {
 func flushSixLargeEvents(_ directory: TemporaryDirectory) async throws -> (
     collector: TestCollector, requests: [TestCollector.Request], ids: [String]
 ) {
-    let collector = try TestCollector(directory)
+    let collector = try await TestCollector(directory)
     let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
     try await engine.start()
     let blob = String(repeating: "x", count: 900_000)

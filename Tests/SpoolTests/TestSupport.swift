@@ -88,6 +88,17 @@ func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, askin
     return true
 }
 
+/// Runs `body` on a thread of its own and waits for it without holding a
+/// thread of the concurrency pool. That pool has one thread per core (two
+/// here) for every test running at once: a blocking wait on it (a child
+/// process starting, a poll on a pipe) stalls the other tests' tasks, their
+/// retry timers and uploads among them.
+func onOwnThread<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async -> Value {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
+    }
+}
+
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (

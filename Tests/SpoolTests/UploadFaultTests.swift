@@ -25,7 +25,7 @@ struct UploadFaultTests {
     @Test("5xx: kept and retried with growing backoff, never treated as success")
     func serverErrorsBackOff() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500, "times": 4])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
         try await engine.start()
@@ -56,7 +56,7 @@ struct UploadFaultTests {
     func retryAfterIsHonoured() async throws {
         for status in [503, 429] {
             let directory = TemporaryDirectory()
-            let collector = try TestCollector(directory)
+            let collector = try await TestCollector(directory)
             try await collector.control(["mode": "status", "status": status, "retry_after": "1", "times": 1])
             let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
             try await engine.start()
@@ -76,7 +76,7 @@ struct UploadFaultTests {
     @Test("400: the rejected events are isolated into dead letters with the status and a reason; the rest go on")
     func badRequestsAreIsolated() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         // One batch of 26 (no size trigger before the collector is told which ids to refuse).
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
         try await engine.start()
@@ -107,7 +107,7 @@ struct UploadFaultTests {
     @Test("413: batches are split until they fit; a single event too large for the collector is dead-lettered")
     func payloadTooLargeSplits() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["max_bytes": 1_200])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
@@ -133,7 +133,7 @@ struct UploadFaultTests {
     @Test("C2: other 4xx: the events are kept and held back, never dead-lettered, and go out once the collector takes them")
     func otherClientErrorsHoldBack() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 403, "times": 1])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
         try await engine.start()
@@ -151,7 +151,7 @@ struct UploadFaultTests {
     @Test("a hanging collector times out and the batch is retried")
     func hangingCollector() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hang", "times": 1, "hang_seconds": 3])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 5, timerInterval: 60, requestTimeout: 0.5)
@@ -166,7 +166,7 @@ struct UploadFaultTests {
     @Test("a connection reset is retried")
     func connectionReset() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "reset", "times": 2])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
         try await engine.start()
@@ -180,7 +180,7 @@ struct UploadFaultTests {
     @Test("a collector that is down: events wait, then go out in order once it is back")
     func collectorDown() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         collector.stop()
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await engine.start()
@@ -189,7 +189,7 @@ struct UploadFaultTests {
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 31 && statistics.lastFailure != nil)
         try await Task.sleep(nanoseconds: 500_000_000)  // automatic retries keep failing, bounded by backoff
-        try collector.restart()
+        try await collector.restart()
         #expect(
             await collector.waitFor(timeout: 10) {
                 Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids)
@@ -201,7 +201,7 @@ struct UploadFaultTests {
     @Test("a flush requested during a flush is coalesced, not lost")
     func concurrentFlushesCoalesce() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
         try await engine.start()
         let ids = try recordEvents(engine, 40)
@@ -223,7 +223,7 @@ struct UploadFaultTests {
     @Test("close() gives up the upload lease, so another process uploads at once")
     func closeReleasesTheUploadLease() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
         try await engine.start()
         _ = try recordEvents(engine, 5)

@@ -35,7 +35,7 @@ struct UploadFormatTests {
     @Test("Spool's format: gzipped by default, valid for the collector, with Spool's User-Agent")
     func spoolFormatIsGzipped() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "spool"])
         let engine = uploadingEngine(directory, collector: collector)
         try await engine.start()
@@ -62,7 +62,7 @@ struct UploadFormatTests {
     @Test("Segment: Basic auth with the write key, valid track calls, gzipped, each event once")
     func segmentDelivers() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment", "write_key": "seg_write_key"])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 4, format: try segment(userId: "user-7"), path: "/v1/batch")
@@ -93,7 +93,7 @@ struct UploadFormatTests {
     @Test("C2: Segment: a wrong write key (401) keeps the events and holds uploading back, saying why")
     func segmentWrongKey() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment", "write_key": "the_right_key"])
         let engine = uploadingEngine(directory, collector: collector, format: try segment())
         try await engine.start()
@@ -110,7 +110,7 @@ struct UploadFormatTests {
     @Test("Segment: a 400 for one bad message splits the batch; that message is dead-lettered, the rest delivered")
     func segmentBadMessage() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment"])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: try segment())
         try await engine.start()
@@ -127,7 +127,7 @@ struct UploadFormatTests {
     @Test("Segment: 429 waits for Retry-After, then the batch goes out once")
     func segmentRateLimit() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control([
             "format": "segment", "mode": "status", "status": 429, "retry_after": "1", "times": 1,
         ])
@@ -147,7 +147,7 @@ struct UploadFormatTests {
     @Test("Segment: requests stay under 500 KB before compression; an event over 32 KB is never sent")
     func segmentLimits() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment"])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: try segment())
         try await engine.start()
@@ -177,7 +177,7 @@ struct UploadFormatTests {
     @Test("Kafka REST: identity body, the proxy's content types, records keyed by session, valid for the proxy")
     func kafkaDelivers() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "kafka"])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 4, format: .kafkaREST, path: "/topics/app-events")
@@ -199,7 +199,7 @@ struct UploadFormatTests {
         arguments: ["confluent", "redpanda"])
     func kafkaMixedRecordErrors(flavor: String) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "kafka", "kafka_flavor": flavor])
         // A slow automatic retry: the test looks at the state between the two requests.
         let engine = uploadingEngine(
@@ -242,7 +242,7 @@ struct UploadFormatTests {
     @Test("Kafka REST: topic not found (40401) keeps the events until the topic exists")
     func kafkaTopicNotFound() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "kafka", "mode": "status", "status": 404, "error_code": 40401])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: .kafkaREST)
         try await engine.start()
@@ -261,7 +261,7 @@ struct UploadFormatTests {
     @Test("C1: compression .gzip overrides a format's default: a Confluent-like proxy cannot read it, and nothing is dead-lettered for it")
     func kafkaGzipForced() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "kafka"])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 100, format: .kafkaREST,

@@ -22,7 +22,7 @@ struct UploadRequestTests {
         .needsChildProcesses)
     func headerLayers() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment"])
         let calls = Protected(0)
         let options = UploadRequestOptions(
@@ -57,7 +57,7 @@ struct UploadRequestTests {
         .needsChildProcesses)
     func headerProviderFailure() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         struct TokenUnavailable: Error {}
         let calls = Protected(0)
         let options = UploadRequestOptions(headerProvider: {
@@ -86,7 +86,7 @@ struct UploadRequestTests {
     @Test("dispatchEvent sends the body as given, uncompressed, with the configured headers", .needsChildProcesses)
     func dispatchEventUsesTheOptions() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         let dispatcher = DefaultEventDispatcher(
             format: try SegmentBatchFormat(writeKey: "wk", anonymousId: "a"),
             request: UploadRequestOptions(headers: ["X-API-Key": "k"]))
@@ -135,8 +135,8 @@ struct UploadRequestTests {
         .needsChildProcesses)
     func sessionConfiguration() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
-        let other = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
+        let other = try await TestCollector(directory)
         let configuration = URLSessionConfiguration.ephemeral
         configuration.httpAdditionalHeaders = ["X-From-Configuration": "yes"]
         let dispatcher = DefaultEventDispatcher(requestTimeout: 2, sessionConfiguration: configuration)
@@ -158,7 +158,7 @@ struct UploadRequestTests {
         .needsChildProcesses, arguments: [("identity", true), ("", true), ("gzip", false)])
     func unsupportedEncoding(acceptEncoding: String, fallsBack: Bool) async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         var settings: [String: any Sendable] = ["refuse_gzip": true]
         if !acceptEncoding.isEmpty { settings["accept_encoding"] = acceptEncoding }  // else no header
         try await collector.control(settings)
@@ -195,7 +195,7 @@ struct UploadRequestTests {
         .needsChildProcesses)
     func identityUploadHangs() async throws {
         let directory = TemporaryDirectory()
-        let collector = try TestCollector(directory)
+        let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hang", "times": 1, "hang_seconds": 3])
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 5, requestTimeout: 0.5,
