@@ -69,6 +69,10 @@ final class TestCollector: @unchecked Sendable {
         releasePort()
     }
 
+    /// How many collectors may be starting at once: dozens of tests start
+    /// one at the same moment, and Python's start-up is CPU work.
+    private static let starting = DispatchSemaphore(value: 3)
+
     private func launch() async throws {
         #if os(Linux) || os(macOS)
             let process = Process()
@@ -79,15 +83,19 @@ final class TestCollector: @unchecked Sendable {
             let output = Pipe()
             process.standardOutput = output
             process.standardError = FileHandle.nullDevice
-            try process.run()
-            // Bounded wait for "PORT n", on a thread of its own: dozens of
-            // tests start collectors at once.
+            // Started, and its "PORT n" waited for (bounded), on a thread of
+            // its own, a few at a time.
             let descriptor = output.fileHandleForReading.fileDescriptor
-            let text = await onOwnThread { readFirstLine(descriptor, timeout: 10) }
+            let text = await onOwnThread { () -> String in
+                Self.starting.wait()
+                defer { Self.starting.signal() }
+                do { try process.run() } catch { return "\(error)" }
+                return readFirstLine(descriptor, timeout: 30)
+            }
             guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
                 let port = Int(line.dropFirst(5))
             else {
-                process.terminate()
+                if process.isRunning { process.terminate() }
                 throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
             }
             self.port = port
