@@ -171,6 +171,7 @@ if runs("footprint") {
 }
 if runs("listen") {
     try await ListenerBenchmarks(quick: quick, report: report).run()
+    try await PipelineBenchmarks(quick: quick, report: report).run()
     report.calibrate("after listen")
 }
 if runs("upload") {

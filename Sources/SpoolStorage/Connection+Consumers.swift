@@ -56,8 +56,8 @@ extension Connection {
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) throws -> [StoredEvent] {
         try withStatement(
             """
-            SELECT seq, id, name, parameters, recorded_at, session_id, priority, uploader_only \
-            FROM events WHERE seq > ? ORDER BY seq LIMIT ?
+            SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
+            WHERE e.seq > ? ORDER BY e.seq LIMIT ?
             """
         ) { statement in
             try statement.bind(position, at: 1)

@@ -12,8 +12,8 @@ extension Connection {
             try withStatement(
                 """
                 INSERT OR REPLACE INTO dead_letters \
-                (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at) \
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at, type, target, \
+                identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ) { statement in
                 let now = Date().timeIntervalSince1970
@@ -27,6 +27,10 @@ extension Connection {
                     if let status { try statement.bind(status, at: 7) } else { try statement.bindNull(at: 7) }
                     try statement.bind(String(reason.prefix(500)), at: 8)
                     try statement.bind(now, at: 9)
+                    try statement.bind(event.type, at: 10)
+                    try statement.bind(event.target, at: 11)
+                    try statement.bind(event.identityID, at: 12)
+                    try statement.bind(event.contextID, at: 13)
                     try statement.step()
                     statement.resetKeepingBindings()
                 }

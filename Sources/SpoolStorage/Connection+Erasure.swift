@@ -2,8 +2,8 @@ import CSQLite
 import Foundation
 
 extension Connection {
-    /// Deletes every queued event, the whole history, the dead letters and
-    /// the record of recent upload requests,
+    /// Deletes every queued event, the whole history, the dead letters, the
+    /// identities and contexts, and the record of recent upload requests,
     /// and moves every consumer to the head with its drop counts cleared, in
     /// one transaction with `secure_delete` on: the deleted rows' bytes are
     /// overwritten with zeros in the database file, not just unlinked.
@@ -28,6 +28,9 @@ extension Connection {
             try execute("DELETE FROM dead_letters")
             // Which events each recent request carried: ids of the user's events.
             try execute("DELETE FROM upload_batches")
+            // Who the user was: the next event gets a new anonymous id.
+            try execute("DELETE FROM identities")
+            try execute("DELETE FROM contexts")
             try withStatement(
                 "UPDATE consumers SET position = ?, dropped = 0, dropped_reported = 0, updated_at = ?"
             ) { statement in

@@ -11,6 +11,17 @@ package struct EventRowView {
     package let session: UnsafeRawBufferPointer?
     /// The parameters' canonical JSON (an object), as stored.
     package let parameters: UnsafeRawBufferPointer
+    /// The message type: track, screen, identify, group or alias.
+    package let type: UnsafeRawBufferPointer
+    /// A group's id, or an alias's previous id.
+    package let target: UnsafeRawBufferPointer?
+    /// Who it was recorded for; nil for events stored before identities were kept.
+    package let anonymousID: UnsafeRawBufferPointer?
+    package let userID: UnsafeRawBufferPointer?
+    /// The identity's traits, a JSON object.
+    package let traits: UnsafeRawBufferPointer?
+    /// The context in force, a JSON object; nil when none was set.
+    package let context: UnsafeRawBufferPointer?
 }
 
 extension Connection {
@@ -23,8 +34,11 @@ extension Connection {
     ) throws {
         try withStatement(
             """
-            SELECT seq, id, name, recorded_at, session_id, parameters \
-            FROM events WHERE seq > ? ORDER BY seq LIMIT ?
+            SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
+            i.anonymous_id, i.user_id, i.traits, c.context \
+            FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
+            LEFT JOIN contexts AS c ON c.id = e.context_id \
+            WHERE e.seq > ? ORDER BY e.seq LIMIT ?
             """
         ) { statement in
             try statement.bind(position, at: 1)
@@ -34,7 +48,10 @@ extension Connection {
                     seq: statement.int64(at: 0), id: statement.bytes(at: 1), name: statement.bytes(at: 2),
                     recordedAt: statement.double(at: 3),
                     session: statement.isNull(at: 4) ? nil : statement.bytes(at: 4),
-                    parameters: statement.bytes(at: 5))
+                    parameters: statement.bytes(at: 5), type: statement.bytes(at: 6),
+                    target: statement.optionalBytes(at: 7), anonymousID: statement.optionalBytes(at: 8),
+                    userID: statement.optionalBytes(at: 9), traits: statement.optionalBytes(at: 10),
+                    context: statement.optionalBytes(at: 11))
                 guard try body(row) else { return }
             }
         }

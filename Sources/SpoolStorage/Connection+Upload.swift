@@ -1,14 +1,23 @@
 import Foundation
 
 extension StoredEvent {
-    /// The row a `SELECT seq, id, name, parameters, recorded_at, session_id,
-    /// priority, uploader_only` stands on.
+    /// The row a `SELECT` of ``columns`` ``fromEvents`` stands on.
     init(_ statement: Statement) {
         self.init(
             seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
             parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
             sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0,
             uploaderOnly: statement.int64(at: 7) != 0)
+        type = statement.string(at: 8)
+        target = statement.optionalString(at: 9)
+        contextID = statement.isNull(at: 10) ? nil : statement.int64(at: 10)
+        if !statement.isNull(at: 11) {
+            identityID = statement.int64(at: 11)
+            identity = IdentityRow(
+                id: statement.int64(at: 11), anonymousID: statement.string(at: 12),
+                userID: statement.optionalString(at: 13), traitsJSON: statement.string(at: 14),
+                createdAt: statement.double(at: 15))
+        }
     }
 }
 
@@ -72,8 +81,8 @@ extension Connection {
     package func readEvents(from first: Int64, through last: Int64) throws -> [StoredEvent] {
         try withStatement(
             """
-            SELECT seq, id, name, parameters, recorded_at, session_id, priority, uploader_only \
-            FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq
+            SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
+            WHERE e.seq BETWEEN ? AND ? ORDER BY e.seq
             """
         ) { statement in
             try statement.bind(first, at: 1)
@@ -143,18 +152,29 @@ extension Connection {
                 AND (?2 IS NULL OR instr(reason, ?2) > 0)
                 """
             let rows = try withStatement(
-                "SELECT seq, id, name, parameters, recorded_at, session_id \(matching) ORDER BY seq LIMIT ?3"
+                """
+                SELECT seq, id, name, parameters, recorded_at, session_id, type, target, identity_id, context_id \
+                \(matching) ORDER BY seq LIMIT ?3
+                """
             ) { statement in
                 if let status { try statement.bind(status, at: 1) } else { try statement.bindNull(at: 1) }
-                if let reasonContaining { try statement.bind(reasonContaining, at: 2) } else { try statement.bindNull(at: 2) }
+                if let reasonContaining {
+                    try statement.bind(reasonContaining, at: 2)
+                } else {
+                    try statement.bindNull(at: 2)
+                }
                 try statement.bind(room == .max ? -1 : room, at: 3)
                 var rows: [StoredEvent] = []
                 while try statement.step() {
-                    rows.append(
-                        StoredEvent(
-                            seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
-                            parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
-                            sessionID: statement.optionalString(at: 5), priority: false))
+                    var row = StoredEvent(
+                        seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
+                        parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+                        sessionID: statement.optionalString(at: 5), priority: false)
+                    row.type = statement.string(at: 6)
+                    row.target = statement.optionalString(at: 7)
+                    row.identityID = statement.isNull(at: 8) ? nil : statement.int64(at: 8)
+                    row.contextID = statement.isNull(at: 9) ? nil : statement.int64(at: 9)
+                    rows.append(row)
                 }
                 return rows
             }
@@ -163,7 +183,7 @@ extension Connection {
             try withStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-                bytes_before) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?)
+                bytes_before, type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?, ?, ?, ?, ?)
                 """
             ) { statement in
                 for row in rows {
@@ -176,6 +196,10 @@ extension Connection {
                     try statement.bind(row.parametersJSON, at: 4)
                     try statement.bind(row.recordedAt, at: 5)
                     try statement.bind(row.sessionID, at: 6)
+                    try statement.bind(row.type, at: 8)
+                    try statement.bind(row.target, at: 9)
+                    try statement.bind(row.identityID, at: 10)
+                    try statement.bind(row.contextID, at: 11)
                     try statement.step()
                     statement.resetKeepingBindings()
                 }

@@ -70,7 +70,7 @@ extension EventLog {
     /// Writes one group in one transaction and tells the handler and the
     /// waiters.
     private func commit(_ group: ArraySlice<Pending>, _ connection: Connection) throws {
-        let (head, built, reading, drops) = try write(group, connection)
+        let (head, built, reading, drops, stamps) = try write(group, connection)
         let last = group[group.endIndex - 1].ticket
         let (settled, handler, failureHandler) = state.withLock {
             ($0.buffer.committed(through: last, head: head), $0.commitHandler, $0.failureHandler)
@@ -79,7 +79,7 @@ extension EventLog {
         if drops.total > 0 { failureHandler?(.eventsDropped(drops)) }
         // The handler first: once a caller sees its event durable, the event
         // is already on its way to listeners.
-        handler?(group.count, head, { built ?? Self.committedEvents(group, head: head) }, reading)
+        handler?(group.count, head, { built ?? Self.committedEvents(group, head: head, stamps: stamps) }, reading)
         for waiter in settled.waiters { waiter.resume() }
         for (waiter, position) in settled.positions { waiter(.success(position)) }
     }
@@ -108,16 +108,27 @@ extension EventLog {
     }
 
     /// The rows a committed group became (their positions end at `head`).
-    private static func committedEvents(_ group: ArraySlice<Pending>, head: Int64) -> [StoredEvent] {
+    private static func committedEvents(_ group: ArraySlice<Pending>, head: Int64, stamps: Stamps) -> [StoredEvent] {
         var seq = head - Int64(group.count)
-        return group.map { pending in
+        return group.indices.map { index in
             seq += 1
-            let record = pending.record
-            return StoredEvent(
-                seq: seq, id: pending.id, name: record.name, parametersJSON: record.parametersJSON,
+            let record = group[index].record
+            var event = StoredEvent(
+                seq: seq, id: group[index].id, name: record.name, parametersJSON: record.parametersJSON,
                 recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority)
+            event.type = record.type
+            event.target = record.target
+            let offset = index - group.startIndex
+            event.identity = stamps.identities.isEmpty ? nil : stamps.identities[offset]
+            event.identityID = event.identity?.id
+            event.contextID = stamps.contexts.isEmpty ? nil : stamps.contexts[offset]
+            return event
         }
     }
+
+    /// Each event's identity row and context row id, in group order (empty
+    /// without an identity book).
+    typealias Stamps = (identities: [IdentityRow?], contexts: [Int64?])
 
     /// Inserts one group in one transaction (its events, their history rows,
     /// the new head, the retention bound, and now and then history pruning),
@@ -125,7 +136,7 @@ extension EventLog {
     /// head, the committed rows if the reader built them, and its reading.
     private func write(
         _ group: ArraySlice<Pending>, _ connection: Connection
-    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops) {
+    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops, stamps: Stamps) {
         let (bounds, historyLimits, pruneHistory, reader) = state.withLock { state in
             (
                 state.queueBounds, state.historyLimits,
@@ -137,6 +148,7 @@ extension EventLog {
         var built: [StoredEvent]?
         var reading: (any Sendable)?
         var historyRows = 0
+        var stamps: Stamps = ([], [])
         // The schema's CHECKs (json_valid, priority in 0/1) guard every other
         // writer of the file. Spool's own rows are valid by construction (the
         // encoder's fuzz test asserts json_valid on what it writes), and
@@ -152,16 +164,24 @@ extension EventLog {
             // (an app extension) cannot be handed the same positions.
             var seq = try connection.headPosition()
             var bytesTotal = try connection.bytesTotal()
+            if let identities {
+                stamps = try identities.rows(for: group.lazy.map(\.record), on: connection)
+            }
             let insert = try connection.cachedStatement(
                 """
-                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before) \
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before, \
+                type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
             for index in group.indices {
                 seq += 1
                 try insert.bind(bytesTotal, at: 8)
                 bytesTotal += Int64(group[index].record.boundBytes)
+                if !stamps.identities.isEmpty {
+                    let offset = index - group.startIndex
+                    try insert.bind(stamps.identities[offset]?.id, at: 11)
+                    try insert.bind(stamps.contexts[offset], at: 12)
+                }
                 try group[index].insert(as: seq, with: insert)
                 if group[index].record.addsToHistory { historyRows += 1 }
             }
@@ -208,7 +228,7 @@ extension EventLog {
             if let reader {
                 reading = reader(
                     {
-                        if built == nil { built = Self.committedEvents(group, head: seq) }
+                        if built == nil { built = Self.committedEvents(group, head: seq, stamps: stamps) }
                         return built!
                     }, connection)
             }
@@ -216,7 +236,7 @@ extension EventLog {
         state.withLock { state in
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
-        return (head, built, reading, drops)
+        return (head, built, reading, drops, stamps)
     }
 
     func failAll(_ error: any Error) {
@@ -242,6 +262,8 @@ extension EventLog.Pending {
                     try insert.bindTextNoCopy(json, at: 4)
                     try insert.bind(record.recordedAt, at: 5)
                     try insert.bind(record.priority, at: 7)
+                    try insert.bind(record.type, at: 9)
+                    try insert.bind(record.target, at: 10)
                     if session == nil {
                         try insert.bindNull(at: 6)
                         try insert.step()

@@ -121,10 +121,14 @@ package final class EventLog: Sendable {
     }
 
     package let database: DatabaseQueue
+    /// Where each event's identity and context rows come from at its commit;
+    /// nil: events are stored without them.
+    package let identities: IdentityBook?
     let state: Protected<State>
 
-    package init(database: DatabaseQueue, limits: Limits = .standard) {
+    package init(database: DatabaseQueue, limits: Limits = .standard, identities: IdentityBook? = nil) {
         self.database = database
+        self.identities = identities
         state = Protected(State(buffer: Buffer(limits: limits)))
     }
 

@@ -15,6 +15,16 @@ package struct StoredEvent: Sendable, Hashable {
     package let priority: Bool
     /// A dead letter put back for the uploader: other consumers pass over it.
     package let uploaderOnly: Bool
+    /// The message type: track, screen, identify, group or alias.
+    package var type: String = EventRecord.track
+    /// A group's id, or an alias's previous id.
+    package var target: String?
+    /// The `identities` row it was recorded for (nil before identities were
+    /// kept), and its id (also when only the id was read).
+    package var identity: IdentityRow?
+    package var identityID: Int64?
+    /// The `contexts` row in force, if a context was set.
+    package var contextID: Int64?
 
     package init(
         seq: Int64, id: String, name: String, parametersJSON: String, recordedAt: Double, sessionID: String?,
@@ -29,6 +39,14 @@ package struct StoredEvent: Sendable, Hashable {
         self.priority = priority
         self.uploaderOnly = uploaderOnly
     }
+
+    /// The columns `init(_:)` reads, in order, from ``fromEvents``.
+    package static let columns = """
+        e.seq, e.id, e.name, e.parameters, e.recorded_at, e.session_id, e.priority, e.uploader_only, e.type, \
+        e.target, e.context_id, i.id, i.anonymous_id, i.user_id, i.traits, i.created_at
+        """
+    /// The log joined with each event's identity.
+    package static let fromEvents = "FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id"
 }
 
 /// What an append puts in the log; the id and position come from the log.
@@ -40,10 +58,21 @@ package struct EventRecord: Sendable {
     package var priority: Bool
     /// Also add the event to the user's event history (survey rules).
     package var addsToHistory: Bool
+    /// The message type (``track`` and the others of `events.type`).
+    package var type: String
+    /// A group's id, or an alias's previous id.
+    package var target: String?
+    /// The identity in force when the event was accepted.
+    package var identity: IdentityStamp?
+    /// The context in force when the event was accepted.
+    package var context: ContextStamp?
+
+    package static let track = "track"
 
     package init(
         name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
-        priority: Bool = false, addsToHistory: Bool = false
+        priority: Bool = false, addsToHistory: Bool = false, type: String = EventRecord.track, target: String? = nil,
+        identity: IdentityStamp? = nil, context: ContextStamp? = nil
     ) {
         self.name = name
         self.parametersJSON = parametersJSON
@@ -51,6 +80,10 @@ package struct EventRecord: Sendable {
         self.sessionID = sessionID
         self.priority = priority
         self.addsToHistory = addsToHistory
+        self.type = type
+        self.target = target
+        self.identity = identity
+        self.context = context
     }
 
     /// What the write buffer counts for this event: its name and encoded

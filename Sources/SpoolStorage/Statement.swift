@@ -37,6 +37,15 @@ package final class Statement {
         try check(sqlite3_bind_int64(handle, index, Int64(value)))
     }
 
+    /// Binds `value`, or NULL.
+    package func bind(_ value: Int64?, at index: Int32) throws {
+        if let value {
+            try bind(value, at: index)
+        } else {
+            try bindNull(at: index)
+        }
+    }
+
     package func bind(_ value: Double, at index: Int32) throws {
         try check(sqlite3_bind_double(handle, index, value))
     }
@@ -133,6 +142,11 @@ package final class Statement {
         let text = sqlite3_column_text(handle, column)
         let count = Int(sqlite3_column_bytes(handle, column))
         return UnsafeRawBufferPointer(start: text, count: text == nil ? 0 : count)
+    }
+
+    /// ``bytes(at:)``, or nil when the column is NULL.
+    package func optionalBytes(at column: Int32) -> UnsafeRawBufferPointer? {
+        isNull(at: column) ? nil : bytes(at: column)
     }
 
     private func check(_ code: Int32) throws {

@@ -97,13 +97,25 @@ def record(entry):
 
 # --- What each format's body must hold -------------------------------------
 
+MESSAGE_TYPES = ("track", "screen", "identify", "group", "alias")
+
+
 def check_spool_event(event, where, errors):
     if not isinstance(event, dict):
         errors.append(where + " is not an object")
         return None
     keys = set(event)
-    if keys != {"id", "name", "timestamp", "session", "parameters"}:
+    required = {"id", "type", "name", "timestamp", "session", "parameters"}
+    optional = {"anonymousId", "userId", "target", "context"}
+    if not required <= keys or not keys <= required | optional:
         errors.append("%s has keys %s" % (where, sorted(keys)))
+    if event.get("type") not in MESSAGE_TYPES:
+        errors.append(where + ".type is not a message type")
+    for key in ("anonymousId", "userId", "target"):
+        if key in event and not isinstance(event[key], str):
+            errors.append("%s.%s is not a string" % (where, key))
+    if "context" in event and not isinstance(event["context"], dict):
+        errors.append(where + ".context is not an object")
     if not isinstance(event.get("id"), str) or not event.get("id"):
         errors.append(where + ".id is not a string")
     if not isinstance(event.get("name"), str) or not event.get("name"):
@@ -150,12 +162,24 @@ def check_segment(body, headers, decoded, errors):
             continue
         if len(json.dumps(item, separators=(",", ":")).encode()) > SEGMENT_MAX_MESSAGE:
             errors.append(where + " over 32 KB")
-        if item.get("type") != "track":
-            errors.append(where + ".type is not track")
-        if not isinstance(item.get("event"), str) or not item.get("event"):
+        # What each call of Segment's HTTP Tracking API requires.
+        kind = item.get("type")
+        if kind not in MESSAGE_TYPES:
+            errors.append(where + ".type is not a message type")
+        if kind == "track" and (not isinstance(item.get("event"), str) or not item.get("event")):
             errors.append(where + ".event is not a string")
-        if not isinstance(item.get("properties"), dict):
+        if kind == "screen" and not isinstance(item.get("name"), str):
+            errors.append(where + ".name is not a string")
+        if kind in ("track", "screen") and not isinstance(item.get("properties"), dict):
             errors.append(where + ".properties is not an object")
+        if kind in ("identify", "group") and not isinstance(item.get("traits"), dict):
+            errors.append(where + ".traits is not an object")
+        if kind == "group" and (not isinstance(item.get("groupId"), str) or not item.get("groupId")):
+            errors.append(where + ".groupId is not a string")
+        if kind == "alias" and (not isinstance(item.get("previousId"), str) or not item.get("previousId")):
+            errors.append(where + ".previousId is not a string")
+        if kind == "alias" and not isinstance(item.get("userId"), str):
+            errors.append(where + ".userId is not a string (alias)")
         message_id = item.get("messageId")
         if not isinstance(message_id, str) or not message_id or len(message_id) >= 100:
             errors.append(where + ".messageId is not a string under 100 characters")
@@ -211,8 +235,9 @@ def check_kafka(body, headers, errors):
             errors.append(where + ".key is neither a string nor null")
         value = record_["value"]
         ids.append(check_spool_event(value, where + ".value", errors))
-        if isinstance(value, dict) and record_["key"] != value.get("session"):
-            errors.append(where + ".key is not the session id")
+        if isinstance(value, dict) and record_["key"] not in (
+                value.get("session"), value.get("userId") or value.get("anonymousId")):
+            errors.append(where + ".key is neither the session id nor the user's id")
     return ids
 
 

@@ -43,6 +43,10 @@
 //             records SECOND events (the last with recordDurably), prints
 //             "ACKED", and idles until killed: the second launch's commits
 //             are then in the WAL only.
+// --identify USER_ID
+//             Starts an engine on the file, identifies USER_ID (traits
+//             {"by": RUN_TAG}), prints "IDENTIFIED <anonymous id>" once the
+//             change is in the file, and closes.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -186,6 +190,16 @@ case "--disk-full":
         "DIAG commitFailed=\(counts.occurrences[.commitFailed] ?? 0) "
             + "commitRecovered=\(counts.occurrences[.commitRecovered] ?? 0) "
             + "recordRefused=\(counts.occurrences[.recordRefused] ?? 0)")
+    exit(0)
+
+case "--identify":
+    guard arguments.count >= 5 else { exit(2) }
+    let engine = EventEngine(configuration: EngineConfiguration(database: .file(url)))
+    try await engine.start()
+    try engine.identify(userId: arguments[4], traits: ["by": .string(tag)])
+    let identity = try await engine.identity()
+    emit("IDENTIFIED \(identity.anonymousId)")
+    await engine.close()
     exit(0)
 
 case "--open":

@@ -43,43 +43,58 @@ struct BatchFormatTests {
 
     // MARK: - Bodies
 
-    @Test("Spool's format: sentAt and events with id, name, timestamp, session, parameters spliced as stored")
+    @Test(
+        "Spool's format: sentAt and events with id, type, name, timestamp, session, parameters spliced as stored, identity"
+    )
     func spoolBody() async throws {
         let (engine, ids) = try await engine(recording: 3)
+        let identity = try await engine.identity()
         let (batch, json) = try await body(engine, format: .spool)
         #expect(batch.count == 4, "session_start and three events")
         #expect(isISOMilliseconds(json["sentAt"]))
         let events = try #require(json["events"] as? [[String: Any]])
         #expect(events.compactMap { $0["id"] as? String }.suffix(3) == ids[...])
-        #expect(events.allSatisfy { Set($0.keys) == ["id", "name", "timestamp", "session", "parameters"] })
+        #expect(
+            events.allSatisfy {
+                Set($0.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"]
+            })
+        #expect(events.allSatisfy { $0["type"] as? String == "track" })
+        #expect(events.allSatisfy { $0["anonymousId"] as? String == identity.anonymousId })
         #expect(events.allSatisfy { $0["session"] as? String == engine.currentSessionID })
         // Spliced byte for byte: each stored object appears verbatim in the body.
         let text = String(decoding: batch.body, as: UTF8.self)
         for stored in try await storedParameters(engine) {
-            #expect(text.contains(#""parameters":\#(stored)}"#))
+            #expect(text.contains(#""parameters":\#(stored),"#))
         }
         await engine.close()
     }
 
     @Test("Segment's format: track calls with messageId, properties, timestamp, identity, context and sessionId")
     func segmentBody() async throws {
-        let (engine, ids) = try await engine(recording: 3)
+        let engine = try await startedEngine()
+        try engine.identify(userId: "user-7")
+        let ids = try recordEvents(engine, 3, prefix: "event_", parameters: { _ in ["price": 9.99, "screen": "home"] })
+        try await engine.settle()
+        let identity = try await engine.identity()
+        // The configured identity stands in only for events stored without one.
         let format = try SegmentBatchFormat(
-            writeKey: "wk_\"quoted\"", anonymousId: "anon-1", userId: "user-7",
+            writeKey: "wk_\"quoted\"", anonymousId: "anon-1", userId: "someone-else",
             context: ["app": ["name": "Demo", "build": 42], "sessionId": "replaced", "locale": "fr-FR"])
         let (batch, json) = try await body(engine, format: format)
         #expect(json["writeKey"] as? String == "wk_\"quoted\"")
         #expect(isISOMilliseconds(json["sentAt"]))
-        let items = try #require(json["batch"] as? [[String: Any]])
-        #expect(items.count == batch.count)
+        let all = try #require(json["batch"] as? [[String: Any]])
+        #expect(all.count == batch.count)
+        #expect(all.map { $0["type"] as? String } == ["track", "identify", "track", "track", "track"])
+        let items = all.filter { $0["type"] as? String == "track" }
         #expect(items.compactMap { $0["messageId"] as? String }.suffix(3) == ids[...])
-        for item in items {
+        #expect(all[0]["userId"] == nil, "session_start was recorded before identify")
+        for item in items.dropFirst() {
             #expect(
                 Set(item.keys) == [
                     "type", "event", "properties", "messageId", "timestamp", "anonymousId", "userId", "context",
                 ])
-            #expect(item["type"] as? String == "track")
-            #expect(item["anonymousId"] as? String == "anon-1")
+            #expect(item["anonymousId"] as? String == identity.anonymousId)
             #expect(item["userId"] as? String == "user-7")
             #expect(isISOMilliseconds(item["timestamp"]))
             let context = try #require(item["context"] as? [String: Any])
@@ -118,9 +133,10 @@ struct BatchFormatTests {
         await engine.close()
     }
 
-    @Test("the Kafka REST format: records keyed by session, each value the Spool event object")
+    @Test("the Kafka REST format: records keyed by the user (or by session), each value the Spool event object")
     func kafkaBody() async throws {
         let (engine, ids) = try await engine(recording: 2)
+        let identity = try await engine.identity()
         let (batch, json) = try await body(engine, format: .kafkaREST)
         #expect(Set(json.keys) == ["records"])
         let records = try #require(json["records"] as? [[String: Any]])
@@ -128,10 +144,13 @@ struct BatchFormatTests {
         for record in records {
             #expect(Set(record.keys) == ["key", "value"])
             let value = try #require(record["value"] as? [String: Any])
-            #expect(Set(value.keys) == ["id", "name", "timestamp", "session", "parameters"])
-            #expect(record["key"] as? String == engine.currentSessionID)
+            #expect(Set(value.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"])
+            #expect(record["key"] as? String == identity.anonymousId, "no user: keyed by the anonymous id")
             #expect(value["session"] as? String == engine.currentSessionID)
         }
+        let bySession = try #require(
+            try await body(engine, format: .kafkaREST(key: .session)).1["records"] as? [[String: Any]])
+        #expect(bySession.allSatisfy { $0["key"] as? String == engine.currentSessionID })
         #expect(records.compactMap { ($0["value"] as? [String: Any])?["id"] as? String }.suffix(2) == ids[...])
         let format = KafkaRESTBatchFormat()
         #expect(format.contentType == "application/vnd.kafka.json.v2+json")
@@ -302,7 +321,8 @@ struct BatchFormatTests {
         #expect(format.verdict(for: response(200, "OK"), eventCount: 2) == .accepted)
     }
 
-    @Test("Kafka REST errors: topic not found holds back, unreadable records split, schema errors rejected, 5xx retried")
+    @Test(
+        "Kafka REST errors: topic not found holds back, unreadable records split, schema errors rejected, 5xx retried")
     func kafkaEnvelopes() {
         let format = KafkaRESTBatchFormat()
         func verdict(_ status: Int, _ code: Int?, headers: [String: String] = [:]) -> UploadVerdict {

@@ -41,7 +41,8 @@ struct PrivacyTests {
         let collector = try await TestCollector(directory)
         let listener = CollectingListener()
         let missed = Protected(0)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
+        // Nothing goes out before the flush below: its upload is the one in flight.
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
         engine.events.addDurableObserver(listener, id: "warehouse") { count in missed.withLock { $0 += count } }
         try await engine.start()
         let database = directory.defaultDataStoreURL

@@ -67,8 +67,10 @@ struct UploadFormatTests {
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 4, format: try segment(userId: "user-7"), path: "/v1/batch")
         try await engine.start()
+        try engine.identify(userId: "user-7")
         let ids = try recordEvents(engine, 9, parameters: Self.parameters)
         try await engine.flush()
+        let identity = try await engine.identity()
         #expect(collector.formatErrors().isEmpty, "\(collector.formatErrors())")
         let requests = collector.requests()
         #expect(requests.allSatisfy { $0.status == 200 && $0.path == "/v1/batch" && $0.content_encoding == "gzip" })
@@ -83,7 +85,7 @@ struct UploadFormatTests {
         #expect(item["event"] as? String == "e8")
         #expect((item["properties"] as? [String: Any])?["text"] as? String == "é\"8")
         #expect(item["userId"] as? String == "user-7")
-        #expect(item["anonymousId"] as? String == "install-42")
+        #expect(item["anonymousId"] as? String == identity.anonymousId, "the engine's, not the configured stand-in")
         let context = try #require(item["context"] as? [String: Any])
         #expect(context["sessionId"] as? String == engine.currentSessionID)
         #expect((context["app"] as? [String: Any])?["name"] as? String == "Demo")
@@ -258,7 +260,9 @@ struct UploadFormatTests {
         await engine.close()
     }
 
-    @Test("C1: compression .gzip overrides a format's default: a Confluent-like proxy cannot read it, and nothing is dead-lettered for it")
+    @Test(
+        "C1: compression .gzip overrides a format's default: a Confluent-like proxy cannot read it, and nothing is dead-lettered for it"
+    )
     func kafkaGzipForced() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)

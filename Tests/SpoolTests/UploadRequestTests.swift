@@ -101,16 +101,11 @@ struct UploadRequestTests {
 
     @Test("the README's upload examples build the dispatchers they describe")
     func readmeExamples() throws {
-        let installationID = "install-1"
-        let segment = DefaultEventDispatcher(
-            batchSize: 100,
-            format: try .segment(
-                writeKey: "YOUR_WRITE_KEY", anonymousId: installationID, userId: "user-7",
-                context: ["app": ["name": "Demo", "version": "2.1"], "os": ["name": "iOS", "version": "17.4"]]))
+        let segment = DefaultEventDispatcher(batchSize: 100, format: try .segment(writeKey: "YOUR_WRITE_KEY"))
         #expect(segment.format is SegmentBatchFormat && segment.batchSize == 100)
         #expect(segment.format.headers["Authorization"]?.hasPrefix("Basic ") == true)
         let rudder = DefaultEventDispatcher(
-            format: try .segment(writeKey: "RUDDER_SOURCE_WRITE_KEY", anonymousId: installationID),
+            format: try .segment(writeKey: "RUDDER_SOURCE_WRITE_KEY"),
             request: UploadRequestOptions(compression: .identity))
         #expect(rudder.requestOptions.compression == .identity)
         let kafka = DefaultEventDispatcher(

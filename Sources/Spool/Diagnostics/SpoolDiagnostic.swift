@@ -104,6 +104,12 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// The database's volume has enough free space again: the configured
         /// bounds are back.
         case diskSpaceRecovered
+        /// A middleware dropped an event (``MiddlewareDecision/drop(reason:)``);
+        /// it was never stored. The message names the event and the reason.
+        case eventDroppedByMiddleware
+        /// A middleware threw: the event was dropped, never stored, so a
+        /// failing scrubber cannot let it through unscrubbed.
+        case middlewareFailed
     }
 
     /// What happened.

@@ -51,8 +51,9 @@ extension EventEngine {
             // burst makes the TRUNCATE fail with SQLITE_BUSY.
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
-                    try await log.database.run { connection -> Int64 in
+                    try await log.database.run { [identities, clock = configuration.clock] connection -> Int64 in
                         let head = try connection.eraseAll()
+                        identities.forgetRows(at: clock.now)
                         try connection.truncateWAL()
                         try connection.vacuum()
                         try connection.truncateWAL()

@@ -26,7 +26,7 @@ extension EventEngine {
     ///   thrown event was not accepted: it will never be stored.
     @discardableResult
     public func record(_ name: String, parameters: [String: EventValue] = [:]) throws -> RecordOutcome {
-        try accept(name, parameters: parameters, settle: nil).outcome
+        try accept(Message(name, parameters), settle: nil).outcome
     }
 
     /// Records one event and returns once it is durable (committed), or once
@@ -53,7 +53,7 @@ extension EventEngine {
     @discardableResult
     public func recordDurably(_ name: String, parameters: [String: EventValue] = [:]) async throws -> RecordOutcome {
         let waiter = Promise<WaitingOutcome>()
-        let accepted = try accept(name, parameters: parameters, settle: waiter.fulfill)
+        let accepted = try accept(Message(name, parameters), settle: waiter.fulfill)
         switch accepted.outcome {
         case .recorded:
             guard let log = accepted.log, let receipt = accepted.receipt else { return accepted.outcome }
@@ -92,7 +92,7 @@ extension EventEngine {
         state.withLock { $0.gates.waitingDropped }
     }
 
-    private struct Accepted {
+    struct Accepted {
         var outcome: RecordOutcome
         var receipt: AppendReceipt?
         var log: EventLog?
@@ -100,21 +100,53 @@ extension EventEngine {
         var displaced: Waiting?
     }
 
-    private func accept(
-        _ name: String, parameters: [String: EventValue], settle: (@Sendable (WaitingOutcome) -> Void)?
-    ) throws -> Accepted {
-        // 1. Validation and encoding, outside any lock.
+    /// One message as a public method received it.
+    struct Message {
+        var name: String
+        var parameters: [String: EventValue]
+        var type = EventType.track
+        /// A group's id, or an alias's previous user id.
+        var target: String?
+
+        init(_ name: String, _ parameters: [String: EventValue], type: EventType = .track, target: String? = nil) {
+            self.name = name
+            self.parameters = parameters
+            self.type = type
+            self.target = target
+        }
+    }
+
+    func accept(_ message: Message, settle: (@Sendable (WaitingOutcome) -> Void)?) throws -> Accepted {
+        var message = message
+        // 1. The middleware, then validation and encoding, outside any lock.
+        switch pipeline.run(PipelineEvent(name: message.name, parameters: message.parameters, type: message.type)) {
+        case nil:
+            break
+        case .keep(let event)?:
+            (message.name, message.parameters) = (event.name, event.parameters)
+        case .drop(let reason)?:
+            diagnosticsCenter.report(.eventDroppedByMiddleware, eventCount: 1, "\(message.name): \(reason)")
+            return Accepted(outcome: .droppedByMiddleware(reason: reason))
+        case .failed(let error)?:
+            diagnosticsCenter.report(
+                .middlewareFailed, eventCount: 1, error: error,
+                "a middleware threw for \(message.name); the event was dropped, not stored")
+            return Accepted(outcome: .droppedByMiddleware(reason: "a middleware threw: \(error)"))
+        }
+        let name = message.name
         let json: String
         do {
             try EventEncoder.validate(name: name)
-            json = try EventEncoder.encode(parameters)
+            json = try EventEncoder.encode(message.parameters)
         } catch {
             throw SpoolError.invalidEvent(error)
         }
         let priority = configuration.priorityEventNames.contains(name)
+        let (identity, context) = identities.current
         var record = EventRecord(
             name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
-            addsToHistory: ReservedEventName.entersHistory(name))
+            addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
+            type: message.type.rawValue, target: message.target, identity: identity, context: context)
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
         // buffer is full, wait for the writer outside the lock and try again.

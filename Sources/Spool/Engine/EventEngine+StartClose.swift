@@ -74,7 +74,7 @@ extension EventEngine {
                 .filePolicyNotApplied, error: failure,
                 "the database files' protection class or backup exclusion could not be set")
         }
-        let log = EventLog(database: database, limits: configuration.writeBuffer.limits)
+        let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(
             QueueBounds(
                 count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
@@ -87,8 +87,10 @@ extension EventEngine {
         let headAtOpen: Int64
         do {
             let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
-            headAtOpen = try await database.run { connection in
+            headAtOpen = try await database.run { [identities] connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
+                // The file's identity, or a new anonymous id for a new file.
+                try identities.persist(on: connection)
                 return try connection.headPosition()
             }
             let uploader = try await startUploader(log)

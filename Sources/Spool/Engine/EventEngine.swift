@@ -45,6 +45,10 @@ public final class EventEngine: Sendable {
     let diagnosticsCenter: DiagnosticsCenter
     let uploadResultCenter: UploadResultCenter
     let uploaderBox = Protected<Uploader?>(nil)
+    /// The identity and context each accepted event is stamped with.
+    let identities: IdentityBook
+    /// The middleware every event passes before it is encoded.
+    let pipeline = Pipeline()
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
 
@@ -121,6 +125,7 @@ public final class EventEngine: Sendable {
     /// events recorded before `start()` wait in memory for the first session.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
+        identities = IdentityBook(at: configuration.clock.now)
         let state = Protected(
             State(
                 gates: SessionGates(

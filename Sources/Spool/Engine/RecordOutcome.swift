@@ -13,6 +13,9 @@ public enum RecordOutcome: Sendable, Hashable {
     /// Dropped while waiting for a session: more events waited than the log
     /// keeps, and newer ones pushed it out (the oldest give way).
     case droppedWhileWaitingForSession
+    /// Dropped by a middleware (``EventEngine/addMiddleware(_:)``), with the
+    /// reason it gave, or because it threw.
+    case droppedByMiddleware(reason: String)
 
     /// True when the event will be stored.
     public var isAccepted: Bool {

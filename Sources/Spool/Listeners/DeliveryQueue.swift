@@ -104,11 +104,8 @@ package final class DeliveryQueue: Sendable {
         _ stored: StoredEvent, _ parameters: [String: EventValue], _ listeners: [WeakBox<any EventListener>],
         _ entries: [SubscriptionRegistry<EventTopic, RecordedEvent>.Entry]
     ) {
-        for listener in listeners {
-            listener.object?.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
-        }
-        guard !entries.isEmpty else { return }
         let recorded = RecordedEvent(stored, parameters: parameters)
+        for listener in listeners { listener.object?.onEventRecorded(recorded) }
         for entry in entries { entry.callback(recorded) }
     }
 

@@ -51,7 +51,7 @@ extension DurableListeners {
                 catchUp(&state, before: stored.seq, policy: policy)
             }
             if let parameters, let listener = state.durable.listener.object {
-                listener.onEventRecorded(stored.name, parameters: parameters, timestamp: stored.recordedAt)
+                listener.onEventRecorded(RecordedEvent(stored, parameters: parameters))
             }
             state.deliveredThrough = stored.seq
             positions[id] = state
@@ -85,8 +85,7 @@ extension DurableListeners {
                 // it was recorded.
                 if !event.uploaderOnly, policy.allows(event.name), let listener = state.durable.listener.object {
                     listener.onEventRecorded(
-                        event.name, parameters: EventValue.parameters(fromJSON: event.parametersJSON),
-                        timestamp: event.recordedAt)
+                        RecordedEvent(event, parameters: EventValue.parameters(fromJSON: event.parametersJSON)))
                 }
                 state.deliveredThrough = event.seq
             }

@@ -38,4 +38,17 @@ public protocol EventListener: AnyObject, Sendable {
     ///     stored: what was recorded, with dates as ISO 8601 strings.
     ///   - timestamp: when `record` accepted it, in seconds since 1970.
     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval)
+
+    /// Called once for each delivered event instead of
+    /// ``onEventRecorded(_:parameters:timestamp:)`` when a listener
+    /// implements it: the whole event, with its id, message type and the
+    /// identity it was recorded for. The default calls
+    /// ``onEventRecorded(_:parameters:timestamp:)``.
+    func onEventRecorded(_ event: RecordedEvent)
+}
+
+extension EventListener {
+    public func onEventRecorded(_ event: RecordedEvent) {
+        onEventRecorded(event.name, parameters: event.parameters, timestamp: event.timestamp)
+    }
 }

@@ -21,13 +21,27 @@ public struct RecordedEvent: Sendable, Hashable {
     /// one (recorded before `close()` with no session running) and for
     /// `.ready`.
     public let sessionID: String?
+    /// The message type (`track` for ``EventEngine/record(_:parameters:)``).
+    public let type: EventType
+    /// The anonymous id in force when the event was accepted (nil for events
+    /// stored before identities were kept, and for `.ready`).
+    public let anonymousId: String?
+    /// The user id in force when the event was accepted, if any.
+    public let userId: String?
+    /// A `group`'s id, or an `alias`'s previous id.
+    public let target: String?
 
     /// Creates an event value, for tests and for forwarding events you built
     /// yourself; Spool creates the ones it delivers.
     public init(
         id: String, seq: Int64, name: String, parameters: [String: EventValue], timestamp: TimeInterval,
-        sessionID: String?
+        sessionID: String?, type: EventType = .track, anonymousId: String? = nil, userId: String? = nil,
+        target: String? = nil
     ) {
+        self.type = type
+        self.anonymousId = anonymousId
+        self.userId = userId
+        self.target = target
         self.id = id
         self.seq = seq
         self.name = name
@@ -40,7 +54,8 @@ public struct RecordedEvent: Sendable, Hashable {
     init(_ stored: StoredEvent, parameters: [String: EventValue]) {
         self.init(
             id: stored.id, seq: stored.seq, name: stored.name, parameters: parameters, timestamp: stored.recordedAt,
-            sessionID: stored.sessionID)
+            sessionID: stored.sessionID, type: EventType(rawValue: stored.type) ?? .track,
+            anonymousId: stored.identity?.anonymousID, userId: stored.identity?.userID, target: stored.target)
     }
 
     /// What `.ready` subscribers receive.

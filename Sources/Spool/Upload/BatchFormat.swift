@@ -130,6 +130,99 @@ public struct BatchEvent {
         body.append(contentsOf: row.parameters)
     }
 
+    /// The message type.
+    public var type: EventType { EventType(rawValue: String(decoding: row.type, as: UTF8.self)) ?? .track }
+    /// The anonymous id it was recorded for (nil for an event stored before
+    /// identities were kept).
+    public var anonymousId: String? { row.anonymousID.map { String(decoding: $0, as: UTF8.self) } }
+    /// The user id it was recorded for, if any.
+    public var userId: String? { row.userID.map { String(decoding: $0, as: UTF8.self) } }
+    /// A `group`'s id, or an `alias`'s previous user id (nil: the previous
+    /// id is the anonymous id).
+    public var target: String? { row.target.map { String(decoding: $0, as: UTF8.self) } }
+    /// True when it was recorded with an identity.
+    public var hasIdentity: Bool { row.anonymousID != nil }
+    /// True when a context was in force when it was recorded.
+    public var hasContext: Bool { row.context != nil }
+
+    /// Appends the message type as a JSON string (`"track"`).
+    public func appendType(to body: inout [UInt8]) {
+        EventEncoder.appendJSONString(row.type, to: &body)
+    }
+
+    /// Appends the anonymous id as a JSON string, or `null` without an
+    /// identity.
+    public func appendAnonymousID(to body: inout [UInt8]) {
+        Self.appendStringOrNull(row.anonymousID, to: &body)
+    }
+
+    /// Appends the user id as a JSON string, or `null` without one.
+    public func appendUserID(to body: inout [UInt8]) {
+        Self.appendStringOrNull(row.userID, to: &body)
+    }
+
+    /// Appends the target (a group's id, an alias's previous id) as a JSON
+    /// string, or `null` without one.
+    public func appendTarget(to body: inout [UInt8]) {
+        Self.appendStringOrNull(row.target, to: &body)
+    }
+
+    /// Appends the identity's traits: a JSON object, as stored (`{}` without
+    /// an identity).
+    public func appendTraits(to body: inout [UInt8]) {
+        if let traits = row.traits { body.append(contentsOf: traits) } else { body.append(contentsOf: "{}".utf8) }
+    }
+
+    /// Appends the context: a JSON object, as stored (`{}` without one).
+    public func appendContext(to body: inout [UInt8]) {
+        if let context = row.context { body.append(contentsOf: context) } else { body.append(contentsOf: "{}".utf8) }
+    }
+
+    /// Appends the members of the context object, without its braces
+    /// (nothing without a context or for an empty one), to splice them into
+    /// an object of the format's own.
+    ///
+    /// - Returns: whether it appended any member.
+    @discardableResult
+    public func appendContextMembers(to body: inout [UInt8]) -> Bool {
+        guard let context = row.context, context.count > 2 else { return false }
+        body.append(contentsOf: context[1..<(context.count - 1)])
+        return true
+    }
+
+    /// Appends `"anonymousId":…` and, with a user, `,"userId":…`: the
+    /// identity as object members, as Segment's and Spool's formats write it.
+    ///
+    /// - Returns: false, having appended nothing, for an event stored
+    ///   without an identity.
+    @discardableResult
+    func appendIdentityMembers(to body: inout [UInt8]) -> Bool {
+        guard hasIdentity else { return false }
+        body.append(contentsOf: #""anonymousId":"#.utf8)
+        appendAnonymousID(to: &body)
+        if row.userID != nil {
+            body.append(contentsOf: #","userId":"#.utf8)
+            appendUserID(to: &body)
+        }
+        return true
+    }
+
+    /// Whether the context has a top-level member `name`.
+    func contextHasMember(_ name: String) -> Bool {
+        guard let context = row.context else { return false }
+        // Keys are written sorted and escaped by Spool's encoder; a nested
+        // object's key of the same name only makes this answer true.
+        let key = Array(("\"" + name + "\":").utf8)
+        guard context.count >= key.count else { return false }
+        return (0...(context.count - key.count)).contains { start in
+            key.indices.allSatisfy { context[start + $0] == key[$0] }
+        }
+    }
+
+    private static func appendStringOrNull(_ bytes: UnsafeRawBufferPointer?, to body: inout [UInt8]) {
+        if let bytes { EventEncoder.appendJSONString(bytes, to: &body) } else { body.append(contentsOf: "null".utf8) }
+    }
+
     /// Appends `string` as a JSON string literal, escaped per RFC 8259.
     public static func appendJSONString(_ string: String, to body: inout [UInt8]) {
         EventEncoder.appendJSONString(string, to: &body)

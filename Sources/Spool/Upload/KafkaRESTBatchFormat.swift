@@ -5,13 +5,15 @@ import Foundation
 /// one record on the topic.
 ///
 /// ```json
-/// {"records":[{"key":"0190f3a1-…","value":{"id":"0190f3a2-…","name":"purchase",
-///   "timestamp":"2026-11-29T10:15:30.123Z","session":"0190f3a1-…","parameters":{"amount":9.99}}}, …]}
+/// {"records":[{"key":"u-42","value":{"id":"0190f3a2-…","type":"track","name":"purchase",
+///   "timestamp":"2026-11-29T10:15:30.123Z","session":"0190f3a1-…","parameters":{"amount":9.99},
+///   "anonymousId":"4f6e…","userId":"u-42"}}, …]}
 /// ```
 ///
-/// The record `key` is the session id (`null` outside a session), so a
-/// session's events land on one partition, in order; the `value` is the
-/// event as ``SpoolBatchFormat`` writes it. Sent as
+/// The record `key` is chosen by ``Key-swift.enum``: by default the user id
+/// the event was recorded for, else its anonymous id, so one user's events
+/// land on one partition, in order, across sessions; or the session id. The
+/// `value` is the event as ``SpoolBatchFormat`` writes it. Sent as
 /// `application/vnd.kafka.json.v2+json` asking for
 /// `application/vnd.kafka.v2+json`, and **not gzipped** by default:
 /// Confluent's proxy cannot read gzipped request bodies (it answers with a
@@ -35,9 +37,24 @@ import Foundation
 /// - Other 4xx (401, 403, 406, 415): a refusal of the request; the events
 ///   are kept.
 public struct KafkaRESTBatchFormat: BatchFormat {
+    /// What each record is keyed by: Kafka keeps the order of one key's
+    /// records (they share a partition).
+    public enum Key: Sendable, Hashable {
+        /// The user id the event was recorded for, else its anonymous id
+        /// (`null` for an event stored without an identity).
+        case user
+        /// The session id (`null` outside a session).
+        case session
+    }
+
+    /// What each record is keyed by.
+    public let key: Key
+
     /// The Kafka REST v2 JSON format; the topic is in the collector URL
     /// (`<proxy>/topics/<topic>`).
-    public init() {}
+    public init(key: Key = .user) {
+        self.key = key
+    }
 
     public var contentType: String { "application/vnd.kafka.json.v2+json" }
     public var headers: [String: String] { ["Accept": "application/vnd.kafka.v2+json"] }
@@ -49,7 +66,12 @@ public struct KafkaRESTBatchFormat: BatchFormat {
 
     public func append(_ event: BatchEvent, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"key":"#.utf8)
-        event.appendSession(to: &body)
+        switch key {
+        case .user:
+            if event.userId != nil { event.appendUserID(to: &body) } else { event.appendAnonymousID(to: &body) }
+        case .session:
+            event.appendSession(to: &body)
+        }
         body.append(contentsOf: #","value":"#.utf8)
         SpoolBatchFormat.appendObject(event, to: &body)
         body.append(UInt8(ascii: "}"))
@@ -141,4 +163,10 @@ public struct KafkaRESTBatchFormat: BatchFormat {
 extension BatchFormat where Self == KafkaRESTBatchFormat {
     /// JSON records for a Kafka REST proxy (API v2): see ``KafkaRESTBatchFormat``.
     public static var kafkaREST: KafkaRESTBatchFormat { KafkaRESTBatchFormat() }
+
+    /// JSON records for a Kafka REST proxy, keyed by `key`: see
+    /// ``KafkaRESTBatchFormat``.
+    public static func kafkaREST(key: KafkaRESTBatchFormat.Key) -> KafkaRESTBatchFormat {
+        KafkaRESTBatchFormat(key: key)
+    }
 }

@@ -2,26 +2,31 @@ import Foundation
 
 /// Segment's HTTP Tracking API batch (`POST https://api.segment.io/v1/batch`),
 /// also accepted by RudderStack (`<data plane>/v1/batch`) and Jitsu: each
-/// event becomes a `track` call.
+/// event becomes the call of its ``EventType``.
 ///
 /// ```json
 /// {"batch":[{"type":"track","event":"purchase","properties":{"amount":9.99},
 ///   "messageId":"0190f3a2-…","timestamp":"2026-11-29T10:15:30.123Z",
 ///   "anonymousId":"…","userId":"…",
-///   "context":{"library":{"name":"spool","version":"…"},"sessionId":"0190f3a1-…"}}, …],
+///   "context":{"app":{…},"library":{"name":"spool","version":"…"},"sessionId":"0190f3a1-…"}}, …],
 ///  "sentAt":"2026-11-29T10:15:31.002Z","writeKey":"…"}
 /// ```
 ///
-/// - `event` is the event name, `properties` the stored parameters as they
-///   are, `messageId` the event id (Segment deduplicates on it),
-///   `timestamp` when it was recorded and `sentAt` when the request was
-///   built (Segment corrects the device's clock with the two).
-/// - `anonymousId`, `userId` and `context` come from this configuration and
-///   are the same for every event: the identity at upload time. Record
-///   anything that changes per event in its parameters.
+/// - A `track` carries `event` (the name) and `properties` (the stored
+///   parameters as they are); a `screen` carries `name` and `properties`;
+///   an `identify` carries `traits`; a `group` carries `groupId` and
+///   `traits`; an `alias` carries `previousId`. `messageId` is the event id
+///   (Segment deduplicates on it), `timestamp` when it was recorded and
+///   `sentAt` when the request was built (Segment corrects the device's
+///   clock with the two).
+/// - `anonymousId`, `userId` and `context` are the ones the event was
+///   recorded with (``EventEngine/identify(userId:traits:)``,
+///   ``EventEngine/setContext(_:)``), whoever is signed in at upload time.
+///   This configuration's `anonymousId`, `userId` and `context` stand in
+///   only for events stored without an identity or a context.
 /// - The Spool session id goes in `context.sessionId`, where RudderStack's
 ///   own SDKs put theirs, so `properties` stay exactly what the app recorded.
-///   Spool also fills `context.library` unless you set it.
+///   Spool also fills `context.library` unless the context has one.
 /// - Authentication: HTTP Basic with the write key as the user name and an
 ///   empty password, and `writeKey` in the body too (Segment documents both;
 ///   its own libraries send both; RudderStack reads the header, Jitsu
@@ -48,33 +53,37 @@ public struct SegmentBatchFormat: BatchFormat {
     /// The source's write key: the user name of the Basic `Authorization`
     /// header, and `writeKey` in the body.
     public let writeKey: String
-    /// `anonymousId` on every call.
+    /// `anonymousId` for events stored without an identity.
     public let anonymousId: String
-    /// `userId` on every call, when set.
+    /// `userId` for events stored without an identity, when set.
     public let userId: String?
 
-    /// `"anonymousId":…[,"userId":…]`.
+    /// `"anonymousId":…[,"userId":…]`, for events stored without an identity.
     private let identity: [UInt8]
-    /// `"context":{<members>`, the closing brace written per event.
+    /// `"context":{<members>`, the closing brace written per event, for
+    /// events stored without a context.
     private let contextOpening: [UInt8]
     private let contextHasMembers: Bool
+    /// `"library":{…}`.
+    private let library: [UInt8]
     /// `,"writeKey":…}`.
     private let closing: [UInt8]
     private let authorization: String
 
     /// - Parameters:
     ///   - writeKey: the source's write key.
-    ///   - anonymousId: an id for this installation, the same across launches
-    ///     (Segment requires it or a `userId`).
-    ///   - userId: the signed-in user, if known when the engine is created.
-    ///   - context: Segment's `context` object (`app`, `device`, `os`,
-    ///     `locale`…), encoded once here. `sessionId` is Spool's and is
+    ///   - anonymousId: the `anonymousId` of events stored without an
+    ///     identity (Segment requires it or a `userId`). Events recorded
+    ///     by Spool carry the engine's own (``SpoolIdentity``).
+    ///   - userId: the `userId` of events stored without an identity.
+    ///   - context: Segment's `context` object for events stored without a
+    ///     context, encoded once here. `sessionId` is Spool's and is
     ///     replaced.
     /// - Throws: ``EventValidationError`` when `context` holds a value Spool
     ///   cannot encode (a non-finite number, a date out of range, nesting
     ///   too deep).
     public init(
-        writeKey: String, anonymousId: String, userId: String? = nil, context: [String: EventValue] = [:]
+        writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
     ) throws(EventValidationError) {
         self.writeKey = writeKey
         self.anonymousId = anonymousId
@@ -89,9 +98,9 @@ public struct SegmentBatchFormat: BatchFormat {
 
         var context = context
         context["sessionId"] = nil
-        if context["library"] == nil {
-            context["library"] = ["name": "spool", "version": .string(SpoolVersion.current)]
-        }
+        let library: [String: EventValue] = ["name": "spool", "version": .string(SpoolVersion.current)]
+        self.library = Array(#""library":"#.utf8) + Array(try EventEncoder.encode(library).utf8)
+        if context["library"] == nil { context["library"] = .object(library) }
         var encoded = Array(try EventEncoder.encode(context).utf8)
         encoded.removeLast()  // the closing brace, written per event after sessionId
         contextHasMembers = encoded.count > 1
@@ -114,19 +123,52 @@ public struct SegmentBatchFormat: BatchFormat {
     }
 
     public func append(_ event: BatchEvent, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"type":"track","event":"#.utf8)
-        event.appendName(to: &body)
-        body.append(contentsOf: #","properties":"#.utf8)
-        event.appendParameters(to: &body)
+        body.append(contentsOf: #"{"type":"#.utf8)
+        event.appendType(to: &body)
+        switch event.type {
+        case .track:
+            body.append(contentsOf: #","event":"#.utf8)
+            event.appendName(to: &body)
+            body.append(contentsOf: #","properties":"#.utf8)
+            event.appendParameters(to: &body)
+        case .screen:
+            body.append(contentsOf: #","name":"#.utf8)
+            event.appendName(to: &body)
+            body.append(contentsOf: #","properties":"#.utf8)
+            event.appendParameters(to: &body)
+        case .identify:
+            body.append(contentsOf: #","traits":"#.utf8)
+            event.appendParameters(to: &body)
+        case .group:
+            body.append(contentsOf: #","groupId":"#.utf8)
+            event.appendTarget(to: &body)
+            body.append(contentsOf: #","traits":"#.utf8)
+            event.appendParameters(to: &body)
+        case .alias:
+            body.append(contentsOf: #","previousId":"#.utf8)
+            if event.target != nil { event.appendTarget(to: &body) } else { event.appendAnonymousID(to: &body) }
+        }
         body.append(contentsOf: #","messageId":"#.utf8)
         event.appendID(to: &body)
         body.append(contentsOf: #","timestamp":"#.utf8)
         event.appendTimestamp(to: &body)
         body.append(UInt8(ascii: ","))
-        body.append(contentsOf: identity)
-        body.append(contentsOf: contextOpening)
+        if !event.appendIdentityMembers(to: &body) { body.append(contentsOf: identity) }
+        var hasMembers: Bool
+        if event.hasContext {
+            body.append(contentsOf: #","context":{"#.utf8)
+            hasMembers = event.appendContextMembers(to: &body)
+            if !event.contextHasMember("library") {
+                if hasMembers { body.append(UInt8(ascii: ",")) }
+                body.append(contentsOf: library)
+                hasMembers = true
+            }
+        } else {
+            body.append(contentsOf: contextOpening)
+            hasMembers = contextHasMembers
+        }
         if event.hasSession {
-            if contextHasMembers { body.append(UInt8(ascii: ",")) }
+            if hasMembers { body.append(UInt8(ascii: ",")) }
             body.append(contentsOf: #""sessionId":"#.utf8)
             event.appendSession(to: &body)
         }
@@ -144,7 +186,7 @@ extension BatchFormat where Self == SegmentBatchFormat {
     /// Segment's HTTP Tracking API batch (also RudderStack and Jitsu): see
     /// ``SegmentBatchFormat``.
     public static func segment(
-        writeKey: String, anonymousId: String, userId: String? = nil, context: [String: EventValue] = [:]
+        writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
     ) throws(EventValidationError) -> SegmentBatchFormat {
         try SegmentBatchFormat(writeKey: writeKey, anonymousId: anonymousId, userId: userId, context: context)
     }

@@ -5,14 +5,19 @@ import Foundation
 ///
 /// ```json
 /// {"sentAt":"2026-11-29T10:15:31.002Z","events":[
-///   {"id":"0190f3a2-…","name":"purchase","timestamp":"2026-11-29T10:15:30.123Z",
-///    "session":"0190f3a1-…","parameters":{"amount":9.99}}, …]}
+///   {"id":"0190f3a2-…","type":"track","name":"purchase","timestamp":"2026-11-29T10:15:30.123Z",
+///    "session":"0190f3a1-…","parameters":{"amount":9.99},
+///    "anonymousId":"4f6e…","userId":"u-42","context":{"app":{…}}}, …]}
 /// ```
 ///
 /// `id` is the stable UUIDv7 to deduplicate on (an event can arrive twice
-/// after a crash or a lost response); `timestamp` is when it was recorded;
-/// `session` is null for events recorded outside a session; `sentAt` is when
-/// the request was built, to correct for the device's clock. Sent as
+/// after a crash or a lost response); `type` is the message type
+/// (``EventType``); `timestamp` is when it was recorded; `session` is null
+/// for events recorded outside a session; `sentAt` is when the request was
+/// built, to correct for the device's clock. `anonymousId` and `userId` are
+/// the identity the event was recorded for, `context` the context in force
+/// (``EventContext``), and `target` a group's id or an alias's previous id;
+/// each is left out when the event has none. Sent as
 /// `application/json`, gzipped unless the dispatcher says otherwise; answers
 /// are read with ``UploadVerdict/standard(for:)``.
 public struct SpoolBatchFormat: BatchFormat {
@@ -44,6 +49,8 @@ public struct SpoolBatchFormat: BatchFormat {
     static func appendObject(_ event: BatchEvent, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"id":"#.utf8)
         event.appendID(to: &body)
+        body.append(contentsOf: #","type":"#.utf8)
+        event.appendType(to: &body)
         body.append(contentsOf: #","name":"#.utf8)
         event.appendName(to: &body)
         body.append(contentsOf: #","timestamp":"#.utf8)
@@ -52,6 +59,18 @@ public struct SpoolBatchFormat: BatchFormat {
         event.appendSession(to: &body)
         body.append(contentsOf: #","parameters":"#.utf8)
         event.appendParameters(to: &body)
+        if event.hasIdentity {
+            body.append(UInt8(ascii: ","))
+            event.appendIdentityMembers(to: &body)
+        }
+        if event.target != nil {
+            body.append(contentsOf: #","target":"#.utf8)
+            event.appendTarget(to: &body)
+        }
+        if event.hasContext {
+            body.append(contentsOf: #","context":"#.utf8)
+            event.appendContext(to: &body)
+        }
         body.append(UInt8(ascii: "}"))
     }
 }

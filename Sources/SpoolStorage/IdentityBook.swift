@@ -1,0 +1,134 @@
+import Foundation
+
+/// The identity and context in force for one engine's events: the single
+/// owner of both, read on the record path (one lock) and written on the
+/// database queue.
+///
+/// Several processes share the file's identity: the newest row of
+/// `identities` is in force. A commit that finds a newer row than this
+/// process knows (another process identified or reset) adopts it, for the
+/// events in that commit recorded after the change and for every later one,
+/// unless this process changed the identity more recently itself.
+package final class IdentityBook: Sendable {
+    private struct State {
+        var identity: IdentityStamp
+        var context: ContextStamp?
+        /// The newest `identities` row this process wrote or has seen.
+        var newestKnown: Int64 = 0
+    }
+
+    private let state: Protected<State>
+
+    package init(at now: Double) {
+        state = Protected(State(identity: IdentityStamp(.file, at: now)))
+    }
+
+    /// What an event accepted now is stamped with.
+    package var current: (identity: IdentityStamp, context: ContextStamp?) {
+        state.withLock { ($0.identity, $0.context) }
+    }
+
+    /// Makes a new identity current: `userID` and `traitsJSON` over the
+    /// current anonymous id, or over `newAnonymousID` (a reset).
+    @discardableResult
+    package func change(userID: String?, traitsJSON: String, newAnonymousID: String? = nil, at now: Double)
+        -> IdentityStamp
+    {
+        state.withLock { state in
+            state.identity = IdentityStamp(
+                .changed(base: state.identity, userID: userID, traitsJSON: traitsJSON, anonymousID: newAnonymousID),
+                at: now)
+            return state.identity
+        }
+    }
+
+    /// Makes `json` (a JSON object) the current context; nil: none.
+    package func setContext(_ json: String?, at now: Double) {
+        state.withLock { $0.context = json.map { ContextStamp(json: $0, at: now) } }
+    }
+
+    /// After an erasure deleted every identity and context row: the next
+    /// event gets a new anonymous id, and the context is written again.
+    package func forgetRows(at now: Double) {
+        state.withLock { state in
+            state.identity = IdentityStamp(.file, at: now)
+            state.context = state.context?.unwritten()
+            state.newestKnown = 0
+        }
+    }
+
+    /// The identity in force on this file, its row written if it has none
+    /// yet (at open, after a change). On the database queue.
+    @discardableResult
+    package func persist(on connection: Connection) throws -> IdentityRow {
+        try adoptNewer(on: connection)
+        let row = try current.identity.resolve(on: connection)
+        know(row.id)
+        return row
+    }
+
+    /// Each record's identity row and context row, written where missing, for
+    /// a commit. On the database queue, inside the commit's transaction.
+    package func rows(for records: some Collection<EventRecord>, on connection: Connection) throws -> (
+        identities: [IdentityRow?], contexts: [Int64?]
+    ) {
+        let adopted = try adoptNewer(on: connection)
+        var identities: [IdentityRow?] = []
+        var contexts: [Int64?] = []
+        identities.reserveCapacity(records.count)
+        contexts.reserveCapacity(records.count)
+        var last: (stamp: IdentityStamp, row: IdentityRow)?
+        var lastContext: (stamp: ContextStamp, id: Int64)?
+        for record in records {
+            var stamp = record.identity
+            if let adopted, stamp === adopted.replaced, record.recordedAt >= adopted.stamp.createdAt {
+                stamp = adopted.stamp
+            }
+            if let stamp {
+                if let last, last.stamp === stamp {
+                    identities.append(last.row)
+                } else {
+                    let row = try stamp.resolve(on: connection)
+                    know(row.id)
+                    last = (stamp, row)
+                    identities.append(row)
+                }
+            } else {
+                identities.append(nil)
+            }
+            if let context = record.context {
+                if let lastContext, lastContext.stamp === context {
+                    contexts.append(lastContext.id)
+                } else {
+                    let id = try context.resolve(on: connection)
+                    lastContext = (context, id)
+                    contexts.append(id)
+                }
+            } else {
+                contexts.append(nil)
+            }
+        }
+        return (identities, contexts)
+    }
+
+    private func know(_ id: Int64) {
+        state.withLock { $0.newestKnown = max($0.newestKnown, id) }
+    }
+
+    /// Adopts a row another process wrote after every row this one knows,
+    /// unless this process's own current identity is newer.
+    @discardableResult
+    private func adoptNewer(on connection: Connection) throws -> (replaced: IdentityStamp, stamp: IdentityStamp)? {
+        let known = state.withLock { $0.newestKnown }
+        guard known > 0, try connection.newestIdentityID() > known, let row = try connection.newestIdentity() else {
+            return nil
+        }
+        return state.withLock { state in
+            state.newestKnown = max(state.newestKnown, row.id)
+            guard state.identity.createdAt <= row.createdAt else { return nil }
+            let replaced = state.identity
+            state.identity = IdentityStamp(.row(row), at: row.createdAt)
+            return (replaced, state.identity)
+        }
+    }
+}
