@@ -20,7 +20,9 @@ struct ProcessBoundaryTests {
         #endif
         let output: URL
 
-        init(_ arguments: [String], in directory: TemporaryDirectory, name: String) throws {
+        init(
+            _ arguments: [String], in directory: TemporaryDirectory, name: String, environment: [String: String] = [:]
+        ) throws {
             let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
             try #require(FileManager.default.isExecutableFile(atPath: child), "build the package first: \(child)")
             output = directory.file("\(name).out")
@@ -29,6 +31,9 @@ struct ProcessBoundaryTests {
                 process = Process()
                 process.executableURL = URL(fileURLWithPath: child)
                 process.arguments = arguments
+                if !environment.isEmpty {
+                    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+                }
                 process.standardOutput = try FileHandle(forWritingTo: output)
                 process.standardError = FileHandle.nullDevice
                 try process.run()
