@@ -98,6 +98,29 @@ struct IdentityTests {
         await engine.close()
     }
 
+    @Test("I1: identify before start(): the events waiting for it carry the user, over the file's anonymous id")
+    func identifyBeforeStart() async throws {
+        let directory = TemporaryDirectory()
+        let earlier = try await startedEngine(directory)
+        let original = try await earlier.identity()
+        await earlier.close()
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
+        try engine.identify(userId: "early")
+        try engine.record("before_start")
+        try await engine.start()
+        try await engine.settle()
+        let rows = try await engine.query { connection in
+            try connection.readEvents(after: 0, limit: 20).map {
+                [$0.name, $0.identity?.userID ?? "-", $0.identity?.anonymousID ?? "-"]
+            }
+        }
+        let anonymous = original.anonymousId
+        #expect(rows.contains(["identify", "early", anonymous]) && rows.contains(["before_start", "early", anonymous]))
+        let now = try await engine.identity()
+        #expect(now.userId == "early" && now.anonymousId == anonymous)
+        await engine.close()
+    }
+
     @Test("I2: another process's identify applies to the events this process records after it committed")
     func anotherProcessIdentifies() async throws {
         let directory = TemporaryDirectory()
