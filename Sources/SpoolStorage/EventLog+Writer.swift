@@ -159,13 +159,18 @@ extension EventLog {
         // this connection run unchecked until the next commit's `OFF`; no
         // data is lost.
         defer { try? connection.execute("PRAGMA ignore_check_constraints = OFF") }
+        // Rows written for identity and context stamps: forgotten again if
+        // the transaction rolls back.
+        var written = IdentityBook.Written()
+        var committed = false
+        defer { if !committed { identities?.rolledBack(written) } }
         try connection.transaction {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.
             var seq = try connection.headPosition()
             var bytesTotal = try connection.bytesTotal()
             if let identities {
-                stamps = try identities.rows(for: group.lazy.map(\.record), on: connection)
+                stamps = try identities.rows(for: group.lazy.map(\.record), on: connection, written: &written)
             }
             let insert = try connection.cachedStatement(
                 """
@@ -233,6 +238,7 @@ extension EventLog {
                     }, connection)
             }
         }
+        committed = true
         state.withLock { state in
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }

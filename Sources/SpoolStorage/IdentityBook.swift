@@ -67,11 +67,23 @@ package final class IdentityBook: Sendable {
         return row
     }
 
+    /// What a commit's transaction wrote for its stamps: to undo in memory
+    /// if it rolls back (``rolledBack(_:)``), since those rows were never
+    /// written.
+    package struct Written {
+        var identities: [IdentityStamp] = []
+        var contexts: [ContextStamp] = []
+        var newestKnown: Int64 = 0
+
+        package init() {}
+    }
+
     /// Each record's identity row and context row, written where missing, for
     /// a commit. On the database queue, inside the commit's transaction.
-    package func rows(for records: some Collection<EventRecord>, on connection: Connection) throws -> (
-        identities: [IdentityRow?], contexts: [Int64?]
-    ) {
+    package func rows(for records: some Collection<EventRecord>, on connection: Connection, written: inout Written)
+        throws -> (identities: [IdentityRow?], contexts: [Int64?])
+    {
+        written.newestKnown = state.withLock { $0.newestKnown }
         let adopted = try adoptNewer(on: connection)
         var identities: [IdentityRow?] = []
         var contexts: [Int64?] = []
@@ -88,6 +100,7 @@ package final class IdentityBook: Sendable {
                 if let last, last.stamp === stamp {
                     identities.append(last.row)
                 } else {
+                    if stamp.row == nil { written.identities.append(stamp) }
                     let row = try stamp.resolve(on: connection)
                     know(row.id)
                     last = (stamp, row)
@@ -100,6 +113,7 @@ package final class IdentityBook: Sendable {
                 if let lastContext, lastContext.stamp === context {
                     contexts.append(lastContext.id)
                 } else {
+                    if !context.hasRow { written.contexts.append(context) }
                     let id = try context.resolve(on: connection)
                     lastContext = (context, id)
                     contexts.append(id)
@@ -109,6 +123,15 @@ package final class IdentityBook: Sendable {
             }
         }
         return (identities, contexts)
+    }
+
+    /// Undoes in memory what a rolled-back commit wrote: its stamps get
+    /// their rows again at the next commit, never the ids the rollback freed
+    /// (another row may take those).
+    package func rolledBack(_ written: Written) {
+        for stamp in written.identities { stamp.forgetRow() }
+        for context in written.contexts { context.forgetRow() }
+        state.withLock { $0.newestKnown = written.newestKnown }
     }
 
     private func know(_ id: Int64) {

@@ -65,6 +65,9 @@ package final class IdentityStamp: Sendable {
     }
 
     /// Its row, written now if it has none yet. On the database queue.
+    ///
+    /// Inside a transaction that then rolls back, the caller must
+    /// ``forgetRow()``: the row it names was never written.
     package func resolve(on connection: Connection) throws -> IdentityRow {
         if let row { return row }
         let row: IdentityRow
@@ -83,6 +86,16 @@ package final class IdentityStamp: Sendable {
         }
         resolved.withLock { $0 = row }
         return row
+    }
+
+    /// Forgets a row written in a transaction that rolled back; the file's
+    /// identity and another process's keep theirs (they were read, not
+    /// written).
+    package func forgetRow() {
+        switch origin {
+        case .changed, .file: resolved.withLock { $0 = nil }
+        case .row: break
+        }
     }
 }
 
@@ -110,6 +123,12 @@ package final class ContextStamp: Sendable {
 
     /// The same context, not yet written (after an erasure deleted its row).
     package func unwritten() -> ContextStamp { ContextStamp(json: json, at: createdAt) }
+
+    /// Forgets a row found or written in a transaction that rolled back.
+    package func forgetRow() { rowID.withLock { $0 = nil } }
+
+    /// Whether it has its row.
+    package var hasRow: Bool { rowID.withLock { $0 != nil } }
 }
 
 // MARK: - Rows

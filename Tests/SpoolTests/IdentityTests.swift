@@ -208,6 +208,31 @@ struct IdentityTests {
         await engine.close()
     }
 
+    @Test("I3: a commit that rolls back forgets the rows it wrote: its events keep their own context when retried")
+    func rolledBackCommitForgetsItsRows() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory)
+        try await engine.query { try $0.capAtCurrentSize() }  // the next commit fails with SQLITE_FULL
+        try engine.setContext(EventContext(custom: ["v": "first"]))
+        try engine.record("big", parameters: ["pad": .string(String(repeating: "x", count: 50_000))])
+        #expect(try await waitUntil { (engine.diagnosticCounts.occurrences[.commitFailed] ?? 0) > 0 })
+        try engine.setContext(EventContext(custom: ["v": "second"]))
+        try engine.record("after")
+        try await engine.query { try $0.uncap() }
+        try await engine.settle()
+        let contexts = try await engine.query { connection in
+            try connection.withStatement(
+                "SELECT e.name, c.context FROM events AS e JOIN contexts AS c ON c.id = e.context_id ORDER BY e.seq"
+            ) { statement in
+                var rows: [String: String] = [:]
+                while try statement.step() { rows[statement.string(at: 0)] = statement.string(at: 1) }
+                return rows
+            }
+        }
+        #expect(contexts == ["big": #"{"v":"first"}"#, "after": #"{"v":"second"}"#])
+        await engine.close()
+    }
+
     @Test("I4: the documented query 'every event of user X' answers at the sqlite3 CLI")
     func everyEventOfAUserAtTheCLI() async throws {
         let sqlite3 = try #require(DamagedFiles.sqlite3, "the sqlite3 CLI")
