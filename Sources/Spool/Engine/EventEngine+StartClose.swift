@@ -62,7 +62,7 @@ extension EventEngine {
         let configuration = self.configuration
         let opened = try await Self.openDatabase(configuration)
         reportOpening(opened)
-        let markCommit = opened.markCommit
+        let mark = opened.mark
         let database = opened.database
         database.clock = configuration.clock
         if case .file = configuration.database,
@@ -105,10 +105,11 @@ extension EventEngine {
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
-                markCommit?(head)
+                mark?.committed(head)
                 freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
+            salvagesWhileRunning(log, mark: mark)
             delivery.setFollower(surveys)
             try await events.durables.open(log, owner: leaseOwner)
         } catch {
