@@ -46,10 +46,19 @@ extension EventEngine {
         let found = mark?.read()
         let salvages = configuration.salvagesDamagedDatabase
         do {
-            let (database, shape) = try openChecked(path, options, salvaging: salvages)
+            var (database, shape) = try openChecked(path, options, salvaging: salvages)
             var missing: Int64 = 0
             if let identity = shape.identity, let found, found.identity == identity, found.head > shape.head {
+                // A lost WAL: its positions are not handed out again.
                 missing = found.head - shape.head
+                do {
+                    try database.sync { try $0.closeUpPositions(toHead: found.head) }
+                } catch {
+                    database.close()
+                    throw error
+                }
+                shape.newest = shape.newest.map { $0 + missing }
+                shape.head = found.head
             }
             return OpenedDatabase(
                 database: database, mark: CommitMark(mark, shape), salvage: nil, missingCommitted: missing,
