@@ -140,6 +140,43 @@ struct SalvageReadingTests {
         await engine.close()
     }
 
+    @Test(
+        "P4: a garbage page among the oldest events, found by the commit whose bound drops them: salvaged while running; the commit goes through"
+    )
+    func aGarbagePageFoundByACommit() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
+        let path = directory.defaultDataStoreURL.path
+        let cells = try Self.overwriteLeaf(ofEvents: path, offset: 2)
+
+        // No uploader (nothing reads the log) and a bound of 300 events: the
+        // first commit (session_start) drops the oldest through position
+        // 302, across the page. start() itself reads only the log's ends.
+        var configuration = EngineConfiguration(database: .file(directory.defaultDataStoreURL))
+        configuration.maximumRetainedEvents = 300
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        #expect(try await waitUntil(timeout: 30) { engine.salvageReport != nil }, "salvaged while running")
+        let report = try #require(engine.salvageReport)
+        #expect(report.lost.events == cells && report.recovered.events == ids.count - cells)
+        #expect(engine.diagnosticCounts.occurrences[.commitFailed] ?? 0 >= 1, "the commit that met the page")
+        #expect(engine.diagnosticCounts.occurrences[.storeSalvaged] == 1)
+        #expect(
+            try await waitUntil { engine.diagnosticCounts.occurrences[.commitRecovered] == 1 }, "then it went through")
+        await engine.close()
+
+        let uploading = DamagedFiles.engine(directory, collector: collector)
+        try await uploading.start()
+        let (accepted, newID) = try await DamagedFiles.recordAndUpload(uploading, collector: collector)
+        #expect(
+            accepted.count == ids.count - 302 + 3 && Array(accepted.prefix(ids.count - 302)) == Array(ids[302...]),
+            "the events past the bound, both launches' session_start and the new event")
+        #expect(accepted.last == newID)
+        #expect(try await uploading.uploadStatistics().dropped == 302, "the page's events lost, the rest to the bound")
+        await uploading.close()
+    }
+
     /// Writes garbage over the `offset`-th leaf page of the events table (in
     /// file order) and returns how many rows it held.
     static func overwriteLeaf(ofEvents path: String, offset: Int) throws -> Int {
