@@ -37,6 +37,19 @@ extension EventEngine {
         }
     }
 
+    /// Gives the database files at `path` their protection class and backup
+    /// exclusion (Apple platforms), reporting when that fails.
+    func applyFilePolicy(_ path: String) {
+        guard case .file = configuration.database,
+            let failure = DatabaseFilePolicy.apply(
+                to: path, protection: configuration.fileProtection,
+                excludeFromBackup: configuration.excludesFromBackup)
+        else { return }
+        diagnosticsCenter.report(
+            .filePolicyNotApplied, error: failure,
+            "the database files' protection class or backup exclusion could not be set")
+    }
+
     /// On the database queue: builds a fresh file beside the damaged one
     /// with every row it can still read, moves the damaged one aside, and
     /// goes on with the fresh one, as ``start()`` does with a file it cannot
@@ -55,6 +68,7 @@ extension EventEngine {
             let outcome = try database.replaceFile {
                 try Salvager.salvage(path: path, options: options, mark: found, date: date)
             }
+            applyFilePolicy(path)
             let shape = try database.onQueue { try $0.logShape() }
             mark?.reset(shape)
             try database.onQueue { connection in events.durables.reattach(log, connection: connection) }

@@ -65,15 +65,7 @@ extension EventEngine {
         let mark = opened.mark
         let database = opened.database
         database.clock = configuration.clock
-        if case .file = configuration.database,
-            let failure = DatabaseFilePolicy.apply(
-                to: database.path, protection: configuration.fileProtection,
-                excludeFromBackup: configuration.excludesFromBackup)
-        {
-            diagnosticsCenter.report(
-                .filePolicyNotApplied, error: failure,
-                "the database files' protection class or backup exclusion could not be set")
-        }
+        applyFilePolicy(database.path)
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits)
         log.setQueueBounds(
             QueueBounds(
