@@ -176,6 +176,7 @@ extension EventEngine {
         log.setCommitHandler(nil)
         log.setGroupReader(nil)
         log.setFailureHandler(nil)
+        log.database.onDamage.withLock { $0 = nil }  // it holds the mark, whose descriptor then closes
         delivery.setFollower(nil)
     }
 
