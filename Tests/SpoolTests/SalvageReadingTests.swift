@@ -15,18 +15,7 @@ struct SalvageReadingTests {
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
         let path = directory.defaultDataStoreURL.path
         try DamagedFiles.cli(path, "INSERT INTO collectors (url, gzip_refused_at) VALUES ('https://c.example/v1', 1.5)")
-        let page = try DamagedFiles.cli(
-            path,
-            "SELECT pageno || ' ' || ncell FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY pageno LIMIT 1 OFFSET 4"
-        ).split(separator: " ").compactMap { Int($0) }
-        try #require(page.count == 2)
-        let (number, cells) = (page[0], page[1])
-        let handle = try FileHandle(forUpdating: directory.defaultDataStoreURL)
-        try handle.seek(toOffset: UInt64((number - 1) * Connection.newFilePageSize))
-        try handle.write(contentsOf: DamagedFiles.garbage(Connection.newFilePageSize))
-        try handle.close()
-        let damaged = try runProcess(try #require(DamagedFiles.sqlite3), [path, "SELECT count(*) FROM events"])
-        try #require(damaged.error.contains("malformed"), "SQLite reports the page: \(damaged.error)")
+        let cells = try Self.overwriteLeaf(ofEvents: path, offset: 4)
 
         let outcome = try Salvager.salvage(path: path, options: ConnectionOptions(), mark: nil, date: Date())
         #expect(outcome.recognized && !outcome.complete)
