@@ -94,7 +94,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// file was restored), as the high-water mark kept beside it shows,
         /// or its log lacks events its `log_head` counts (with salvage off).
         /// `eventCount` is how many are gone; some may have been delivered
-        /// or uploaded before they went.
+        /// or uploaded before they went. When the mark found them, their
+        /// positions are not handed out again, and every consumer counts
+        /// them as dropped.
         case committedEventsMissing
         /// The database's volume has less free space than
         /// ``EngineConfiguration/minimumFreeDiskSpace``: the file stops

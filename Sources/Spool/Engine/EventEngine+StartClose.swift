@@ -24,9 +24,12 @@ extension EventEngine {
     /// A file it cannot use as it is (not a database, malformed, cut short,
     /// missing events it committed, a schema no migration explains) is
     /// salvaged: set aside, with every row that can still be read copied into
-    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
-    /// file had committed and lost (a WAL deleted after a crash) are reported
-    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). It reads
+    /// only the ends of each table: a malformed page that a later read or
+    /// commit meets is salvaged then, while the engine runs. Events the file
+    /// had committed and lost (a WAL deleted after a crash) are reported as a
+    /// ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic, and their
+    /// positions are not handed out again.
     ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
     ///   opened (``SpoolError/cannotOpen(path:reason:)``,
