@@ -166,6 +166,52 @@ struct SalvageReadingTests {
         await uploading.close()
     }
 
+    @Test(
+        "P4: a batch in flight while the file is salvaged is not settled by the old file's positions: it is read and sent again"
+    )
+    func aBatchInFlightDuringASalvage() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
+        let path = directory.defaultDataStoreURL.path
+        let cells = try Self.overwriteLeaf(ofEvents: path, offset: 7)
+        // A Kafka REST proxy that refuses one event of the first batch for
+        // good: the answer names it by its place in the batch.
+        let refused = ids[60]
+        try await collector.control(["format": "kafka", "record_errors": [refused: ["code": 50002]]])
+
+        /// The real transport, holding the first request until the gate opens.
+        final class HeldTransport: UploadTransport {
+            let gate = Gate()
+            let http = HTTPTransport(requestTimeout: 5)
+            func send(_ request: UploadRequest) async throws -> UploadResponse {
+                await onOwnThread { [gate] in gate.pass() }
+                return try await http.send(request)
+            }
+        }
+        let transport = HeldTransport()
+        let engine = DamagedFiles.engine(directory, collector: collector) { configuration in
+            configuration.dispatcher = DefaultEventDispatcher(
+                batchSize: 100, timerInterval: 600, requestTimeout: 5, format: .kafkaREST, transport: transport)
+        }
+        try await engine.start()
+        let flushing = Task { try await engine.flush() }
+        #expect(try await waitUntil(timeout: 30) { transport.gate.reached }, "the first batch read and held")
+        // Another read reaches the page: the file is salvaged (positions
+        // closed up) while the first batch is in flight.
+        await #expect(throws: SQLiteError.self) { try await engine.query { try $0.readEvents(after: 300, limit: 200) } }
+        #expect(try await waitUntil(timeout: 30) { engine.salvageReport != nil })
+        transport.gate.open()
+        _ = try? await flushing.value  // try?: the flush that held the batch fails (retryable); the next one settles it
+        try await flushUntilDone(engine)
+
+        let letters = try await engine.query { try $0.scalarString("SELECT group_concat(id) FROM dead_letters") }
+        #expect(letters == refused, "the refused event, not the one at its old position in the fresh file")
+        let lost = Set(ids).subtracting(collector.acceptedIDs()).subtracting([refused])
+        #expect(lost.count == cells, "every event but the page's and the refused one reached the collector")
+        await engine.close()
+    }
+
     /// Writes garbage over the `offset`-th leaf page of the events table (in
     /// file order) and returns how many rows it held.
     static func overwriteLeaf(ofEvents path: String, offset: Int) throws -> Int {
