@@ -131,6 +131,18 @@ package final class Checkpointer: @unchecked Sendable {
         request()
     }
 
+    /// Waits for a running checkpoint and opens the file now at `path`
+    /// instead (the file under the writer was replaced).
+    package func reopen(path: String, options: ConnectionOptions) throws {
+        try queue.sync {
+            connection?.close()
+            connection = nil
+            let reopened = try Connection(path: path, options: options)
+            try reopened.execute("PRAGMA cache_size = -128")
+            connection = reopened
+        }
+    }
+
     /// Waits for a running checkpoint and closes the connection.
     package func close() {
         queue.sync {

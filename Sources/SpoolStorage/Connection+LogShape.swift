@@ -76,6 +76,39 @@ extension Connection {
         }
     }
 
+    /// Moves every position up to end at `head`, the high-water mark's,
+    /// when a lost WAL took the commits after the file's `log_head` with
+    /// it: those positions were handed out (and some of their events
+    /// delivered or uploaded) and are never handed out again. The events the
+    /// file kept move up by the difference, in order and without gaps, and
+    /// each consumer's position with them; the missing events count in
+    /// every consumer's `dropped`, as a salvage counts what it lost. Two
+    /// passes over the log: only when loss was found.
+    package func closeUpPositions(toHead head: Int64) throws {
+        try transaction {
+            let gap = head - (try headPosition())
+            guard gap > 0 else { return }
+            // Through negative positions: moving each row straight up could
+            // meet a row not moved yet.
+            try withStatement("UPDATE events SET seq = -(seq + ?)") { statement in
+                try statement.bind(gap, at: 1)
+                try statement.step()
+            }
+            try execute("UPDATE events SET seq = -seq")
+            try withStatement(
+                "UPDATE consumers SET position = min(position + ?1, ?2), dropped = dropped + ?1"
+            ) { statement in
+                try statement.bind(gap, at: 1)
+                try statement.bind(head, at: 2)
+                try statement.step()
+            }
+            try withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { statement in
+                try statement.bind(head, at: 1)
+                try statement.step()
+            }
+        }
+    }
+
     /// Copies what the WAL holds into the database file, waiting for no one
     /// (a reader elsewhere only leaves part of it for later).
     package func checkpointPassive() {

@@ -3,26 +3,29 @@ import Foundation
 /// Checks of the database file itself, made before SQLite opens it.
 package enum DatabaseFileCheck {
     /// Throws ``StorageError/damaged(path:reason:)`` when the file ends in
-    /// the middle of a page: it was cut short (a copy interrupted, a disk
-    /// that lost its tail), and SQLite would read the missing part as zeros
-    /// without a word — rows past the cut would come back empty or as
-    /// garbage.
+    /// the middle of a page that the WAL beside it does not hold: it was cut
+    /// short (a copy interrupted, a disk that lost its tail), and SQLite
+    /// would read the missing part as zeros without a word — rows past the
+    /// cut would come back empty or as garbage, and uploads would stall
+    /// without an error.
     ///
     /// SQLite writes a database file in whole pages, and so does a
-    /// checkpoint. Only a file with no WAL in use is judged: while a WAL holds
-    /// pages, a checkpoint in another process may be extending the file, and
-    /// the WAL's copy of the last page is the one SQLite reads anyway. A size
-    /// that looks cut short is read again twice, a millisecond apart, before
-    /// it counts.
+    /// checkpoint. A page whose newest copy is in the WAL is read from there
+    /// (and written whole by the next checkpoint), so a file ending in it is
+    /// not damage: that is also what a checkpoint in another process looks
+    /// like while it extends the file. A size that looks cut short is read
+    /// again twice, a millisecond apart, before it counts.
     package static func checkWholePages(_ path: String) throws {
-        guard let pageSize = pageSize(path), !walInUse(path) else { return }
+        guard let pageSize = pageSize(path) else { return }
         var remainder = 0
         var size = 0
         for attempt in 0..<3 {
             guard let current = fileSize(path) else { return }
             size = current
             remainder = size % pageSize
-            guard remainder != 0 else { return }
+            guard remainder != 0, !walHolds(page: size / pageSize + 1, path + "-wal", pageSize: pageSize) else {
+                return
+            }
             if attempt < 2 { usleep(1_000) }
         }
         throw StorageError.damaged(
@@ -30,6 +33,32 @@ package enum DatabaseFileCheck {
             reason:
                 "the file ends \(remainder) bytes into a page of \(pageSize) bytes (\(size) bytes in all): it was cut short"
         )
+    }
+
+    /// Whether the WAL at `walPath` holds a frame of page `page` (numbered
+    /// from 1) written since it last started over: a frame whose salts are
+    /// the WAL header's. Reads each frame's 24-byte header, only when a
+    /// file looks cut short.
+    static func walHolds(page: Int, _ walPath: String, pageSize: Int) -> Bool {
+        let fd = open(walPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var header = [UInt8](repeating: 0, count: 32)
+        guard pread(fd, &header, 32, 0) == 32, Self.bigEndian(header, 8) == pageSize else { return false }
+        let salts = header[16..<24]
+        var frame = [UInt8](repeating: 0, count: 24)
+        var offset = 32
+        while pread(fd, &frame, 24, off_t(offset)) == 24 {
+            guard frame[8..<16].elementsEqual(salts) else { break }  // frames of an earlier round
+            if Self.bigEndian(frame, 0) == page { return true }
+            offset += 24 + pageSize
+        }
+        return false
+    }
+
+    /// The 32-bit big-endian number at `offset`.
+    private static func bigEndian(_ bytes: [UInt8], _ offset: Int) -> Int {
+        bytes[offset..<offset + 4].reduce(0) { $0 << 8 | Int($1) }
     }
 
     /// The page size a SQLite header declares, or nil when there is no
@@ -47,11 +76,6 @@ package enum DatabaseFileCheck {
         let size = raw == 1 ? 65_536 : raw
         guard size >= 512, size <= 65_536, size & (size - 1) == 0 else { return nil }
         return size
-    }
-
-    /// Whether a WAL with frames sits beside the database.
-    static func walInUse(_ path: String) -> Bool {
-        (fileSize(path + "-wal") ?? 0) > 0
     }
 
     /// The file's size in bytes, or nil when it cannot be opened. (Seeking

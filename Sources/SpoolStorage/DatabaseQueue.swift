@@ -30,6 +30,14 @@ package final class DatabaseQueue: @unchecked Sendable {
     package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
     /// The path as given (`:memory:` for an in-memory database).
     package let path: String
+    private let options: ConnectionOptions
+    /// How many times ``replaceFile(_:)`` put another file under this queue.
+    /// Confined to `queue`.
+    private var generation = 0
+    /// Told, on the queue, the error of a block that found the file damaged
+    /// (`SQLITE_CORRUPT`, see ``StorageError/meansDamage(_:)``) while
+    /// running; the block's caller gets the error as well.
+    package let onDamage = Protected<(@Sendable (any Error) -> Void)?>(nil)
     /// An executor that runs an actor's jobs on this queue, so the actor can
     /// use the connection without a hop to another thread.
     package let executor: QueueExecutor
@@ -44,23 +52,10 @@ package final class DatabaseQueue: @unchecked Sendable {
         try SQLiteRequirements.check()
         if path != Connection.inMemoryPath { try DatabaseFileCheck.checkWholePages(path) }
         self.path = path
+        self.options = options
         self.queue = DispatchQueue(label: "spool.database", qos: .utility)
         self.executor = QueueExecutor(queue: queue)
-        let connection = try queue.sync {
-            let connection = try Connection(path: path, options: options)
-            do {
-                let applied = try Migrator(migrations: Migration.embedded).migrate(connection)
-                // The schema, and the first migration's row that names this
-                // file (`fileIdentity`), go into the database file itself
-                // at once, not only into the WAL: losing the WAL must not
-                // make the file look new.
-                if applied > 0 && !connection.isInMemory { connection.checkpointPassive() }
-            } catch {
-                connection.close()
-                throw error
-            }
-            return connection
-        }
+        let connection = try queue.sync { try Self.openMigrated(path, options) }
         if path == Connection.inMemoryPath {
             checkpointer = nil
         } else {
@@ -103,7 +98,7 @@ package final class DatabaseQueue: @unchecked Sendable {
                     return nil
                 }
                 guard let connection else { return .failure(StorageError.closed) }
-                return Result { try body(connection) }
+                return Result { try noticingDamage { try body(connection) } }
             }
             if let result { return try result.get() }
             // Suspended: wait (off the queue) until resumed, then try again.
@@ -164,10 +159,27 @@ package final class DatabaseQueue: @unchecked Sendable {
                         continuation.resume(throwing: StorageError.closed)
                         return
                     }
-                    continuation.resume(with: Result { try body(connection) })
+                    continuation.resume(with: Result { try self.noticingDamage { try body(connection) } })
                 }
             }
         }
+    }
+
+    /// Opens the file at `path` and applies every embedded migration.
+    private static func openMigrated(_ path: String, _ options: ConnectionOptions) throws -> Connection {
+        let connection = try Connection(path: path, options: options)
+        do {
+            let applied = try Migrator(migrations: Migration.embedded).migrate(connection)
+            // The schema, and the first migration's row that names this
+            // file (`fileIdentity`), go into the database file itself
+            // at once, not only into the WAL: losing the WAL must not
+            // make the file look new.
+            if applied > 0 && !connection.isInMemory { connection.checkpointPassive() }
+        } catch {
+            connection.close()
+            throw error
+        }
+        return connection
     }
 
     /// Tells a block running on `queue` which database queue it is on.
@@ -189,7 +201,62 @@ package final class DatabaseQueue: @unchecked Sendable {
         assertOnQueue()
         guard !suspended else { throw StorageError.suspended }
         guard let connection else { throw StorageError.closed }
-        return try body(connection)
+        return try noticingDamage { try body(connection) }
+    }
+
+    // MARK: - Damage found while running
+
+    /// Runs `body`, telling ``onDamage`` when it throws an error that means
+    /// the file is damaged.
+    private func noticingDamage<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            noticeDamage(error)
+            throw error
+        }
+    }
+
+    /// Tells ``onDamage`` when `error`, met by a block on the queue that
+    /// does not throw (the writer), means the file is damaged.
+    package func noticeDamage(_ error: any Error) {
+        if StorageError.meansDamage(error) { onDamage.withLock { $0 }?(error) }
+    }
+
+    /// How many times ``replaceFile(_:)`` put another file under this queue:
+    /// positions read before it changed belong to the file before. On the
+    /// queue.
+    package var fileGeneration: Int {
+        assertOnQueue()
+        return generation
+    }
+
+    /// On the queue: closes both connections, lets `rebuild` put another
+    /// file at ``path`` (a salvage moves the damaged one aside), and opens
+    /// whatever is there then — the new file, or the old one when `rebuild`
+    /// threw and left it in place. Blocks queued meanwhile run on the file
+    /// opened here. When even that cannot be opened, every later block gets
+    /// ``StorageError/closed``.
+    package func replaceFile<T>(_ rebuild: () throws -> T) throws -> T {
+        assertOnQueue()
+        guard let old = connection else { throw StorageError.closed }
+        old.close()
+        connection = nil
+        checkpointer?.close()
+        let rebuilt = Result { try rebuild() }
+        let reopened = try Self.openMigrated(path, options)
+        if let checkpointer {
+            do {
+                try checkpointer.reopen(path: path, options: options)
+            } catch {
+                reopened.close()
+                throw error
+            }
+            checkpointer.install(on: reopened)
+        }
+        connection = reopened
+        if case .success = rebuilt { generation += 1 }
+        return try rebuilt.get()
     }
 
     // MARK: - Suspension

@@ -63,6 +63,7 @@ extension EventLog {
         } catch {
             // Nothing is lost: the file stays larger until the next drain.
             state.withLock { $0.failureHandler }?(.shrinkFailed(error))
+            database.noticeDamage(error)
         }
     }
 }

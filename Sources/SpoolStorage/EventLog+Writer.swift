@@ -63,6 +63,7 @@ extension EventLog {
         let (failed, handler) = state.withLock { ($0.buffer.failed(keeping: remaining), $0.failureHandler) }
         state.broadcast()  // appenders waiting for room are refused while commits fail
         handler?(.commitFailed(error, buffered: failed.buffered))
+        database.noticeDamage(error)
         for waiter in failed.waiters { waiter.resume(throwing: reported) }
         rescheduleIfNeeded(afterFailure: true)
     }

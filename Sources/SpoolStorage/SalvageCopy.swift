@@ -44,7 +44,7 @@ struct SalvageCopy {
             """
             CREATE TEMP TABLE salvaged_events (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, name TEXT NOT NULL, \
             parameters TEXT NOT NULL, recorded_at REAL NOT NULL, session_id TEXT, priority INTEGER NOT NULL, \
-            uploader_only INTEGER NOT NULL)
+            uploader_only INTEGER NOT NULL, type TEXT NOT NULL, target TEXT, identity_id INTEGER, context_id INTEGER)
             """)
         defer {
             // try?: the temporary table goes with the connection anyway.
@@ -136,15 +136,19 @@ struct SalvageCopy {
         let insert = try fresh.cachedStatement(
             """
             INSERT INTO temp.salvaged_events \
-            (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only) \
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, type, target, \
+            identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         defer { insert.reset() }
         let scan = try reader.scan(
             "events",
-            select: "seq, id, name, parameters, recorded_at, session_id, priority, \(uploaderOnly), \(valid)"
+            select: """
+                seq, id, name, parameters, recorded_at, session_id, priority, \(uploaderOnly), \(valid), \
+                \(messageColumns("events"))
+                """
         ) { source in
             guard source.int64(at: 9) == 1 else { return false }
+            try bindMessageColumns(from: source, at: 10, to: insert, at: 9)
             try insert.bind(source.int64(at: 1), at: 1)
             try insert.bindText(source.bytes(at: 2), at: 2)
             try insert.bindText(source.bytes(at: 3), at: 3)
@@ -189,9 +193,10 @@ struct SalvageCopy {
     private func moveEvents(base: Int64, row: () throws -> Void) throws {
         let insert = try fresh.cachedStatement(
             """
-            INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only) \
-            SELECT ?, id, name, parameters, recorded_at, session_id, priority, uploader_only \
-            FROM temp.salvaged_events WHERE seq = ?
+            INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
+            type, target, identity_id, context_id) \
+            SELECT ?, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
+            type, target, identity_id, context_id FROM temp.salvaged_events WHERE seq = ?
             """)
         defer { insert.reset() }
         var next = base
@@ -280,8 +285,8 @@ struct SalvageCopy {
         let insert = try fresh.cachedStatement(
             """
             INSERT OR IGNORE INTO dead_letters \
-            (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at) \
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at, type, target, \
+            identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         defer { insert.reset() }
         return try reader.scan(
@@ -291,10 +296,11 @@ struct SalvageCopy {
                 typeof(id) = 'text' AND typeof(name) = 'text' AND typeof(parameters) = 'text' \
                 AND typeof(recorded_at) IN ('real', 'integer') AND typeof(session_id) IN ('text', 'null') \
                 AND typeof(status) IN ('integer', 'null') AND typeof(reason) = 'text' \
-                AND typeof(failed_at) IN ('real', 'integer') AND seq = rowid
+                AND typeof(failed_at) IN ('real', 'integer') AND seq = rowid, \(messageColumns("dead_letters"))
                 """
         ) { source in
             guard source.int64(at: 10) == 1 else { return false }
+            try bindMessageColumns(from: source, at: 11, to: insert, at: 10)
             try insert.bind(source.int64(at: 1), at: 1)
             for column: Int32 in 2...4 { try insert.bindText(source.bytes(at: column), at: column) }
             try insert.bind(source.double(at: 5), at: 5)
@@ -310,6 +316,28 @@ struct SalvageCopy {
             insert.resetKeepingBindings()
             try row()
             return true
+        }
+    }
+
+    /// The message columns of `table` (type, target, identity, context) as
+    /// the damaged file has them, or their values for a file from before
+    /// they existed; a type the schema does not know reads as a `track`.
+    private func messageColumns(_ table: String) -> String {
+        guard (reader.columns[table] ?? []).contains("type") else { return "'track', NULL, NULL, NULL" }
+        return """
+            CASE WHEN type IN ('track', 'screen', 'identify', 'group', 'alias') THEN type ELSE 'track' END, \
+            target, identity_id, context_id
+            """
+    }
+
+    /// Binds the four ``messageColumns(_:)`` read at `first` as they are.
+    private func bindMessageColumns(from source: Statement, at first: Int32, to insert: Statement, at index: Int32)
+        throws
+    {
+        for offset: Int32 in 0..<4 {
+            let code = sqlite3_bind_value(
+                insert.handle, index + offset, sqlite3_column_value(source.handle, first + offset))
+            guard code == SQLITE_OK else { throw fresh.error(code, sql: nil) }
         }
     }
 

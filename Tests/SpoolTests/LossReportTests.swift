@@ -37,6 +37,8 @@ struct LossReportTests {
         let committed = Int(try DamagedFiles.cli(withWAL, "SELECT last_seq FROM log_head")) ?? -1
         let kept = Int(try DamagedFiles.cli(withoutWAL, "SELECT count(*) FROM events")) ?? -1
         #expect(committed == 503 && kept == 240, "committed \(committed), kept \(kept)")
+        // A durable listener that had none of them yet.
+        try DamagedFiles.cli(path, "INSERT INTO consumers (id, position, updated_at) VALUES ('listener:away', 0, 0)")
 
         let engine = DamagedFiles.engine(directory, collector: collector)
         try await engine.start()
@@ -44,9 +46,24 @@ struct LossReportTests {
         let counts = engine.diagnosticCounts
         #expect(counts.occurrences[.committedEventsMissing] == 1)
         #expect(counts.events[.committedEventsMissing] == committed - kept, "263: the second launch")
+        let (positions, listener) = try await engine.query { connection in
+            (
+                try connection.scalarString("SELECT min(seq) || ' ' || max(seq) FROM events"),
+                try connection.scalarString(
+                    "SELECT position || ' ' || dropped FROM consumers WHERE id = 'listener:away'")
+            )
+        }
+        #expect(
+            positions == "\(committed - kept + 1) \(committed + 1)",
+            "the kept events closed up under the mark's head, this launch's session_start after it")
+        #expect(
+            listener == "\(committed - kept) \(committed - kept)", "its position moved with them; the missing dropped")
         let (accepted, newID) = try await DamagedFiles.recordAndUpload(engine, collector: collector)
         #expect(accepted.count == kept + 2 && accepted.last == newID, "what was kept, a session_start, the new event")
         await engine.close()
+        // No position is handed out twice: the new events came after the
+        // mark's head.
+        #expect(try DamagedFiles.cli(path, "SELECT last_seq FROM log_head") == "\(committed + 2)")
 
         let again = DamagedFiles.engine(directory, collector: collector)
         try await again.start()

@@ -76,6 +76,13 @@ struct SalvageTests {
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 120)
         let path = directory.defaultDataStoreURL.path
         let historyRows = Int(try DamagedFiles.cli(path, "SELECT count(*) FROM event_history")) ?? -1
+        // Who each event was recorded for (I1), to compare after the salvage.
+        let identityQuery = """
+            SELECT e.type || ':' || i.anonymous_id FROM events AS e \
+            JOIN identities AS i ON i.id = e.identity_id ORDER BY e.seq
+            """
+        let identities = try DamagedFiles.cli(path, identityQuery)
+        #expect(identities.split(separator: "\n").count == 121)
         try DamagedFiles.cli(path, "PRAGMA user_version = 1")
 
         let engine = DamagedFiles.engine(directory, collector: collector)
@@ -91,6 +98,10 @@ struct SalvageTests {
         #expect(try DamagedFiles.cli(report.damagedCopyPath, "PRAGMA user_version") == "1", "the copy is as it was")
         let diagnostic = engine.diagnosticCounts
         #expect(diagnostic.occurrences[.storeSalvaged] == 1 && diagnostic.events[.storeSalvaged] == 0)
+        // The recovered events, then this start's session_start.
+        let after = try DamagedFiles.cli(path, identityQuery).split(separator: "\n")
+        #expect(after.dropLast() == identities.split(separator: "\n")[...], "every event keeps its identity")
+        #expect(after.last == "track:" + (try await engine.identity().anonymousId), "and the file its anonymous id")
 
         let (accepted, newID) = try await DamagedFiles.recordAndUpload(engine, collector: collector)
         #expect(accepted.filter { $0 != newID && !ids.contains($0) }.count == 1, "one new session_start")
@@ -142,6 +153,48 @@ struct SalvageTests {
             accepted.filter { ids.contains($0) } == ids.filter { readable.contains($0) },
             "every recovered event uploaded once, in order")
         #expect(accepted.last == newID)
+        await engine.close()
+    }
+
+    @Test(
+        "P4: a file cut mid-page beside a WAL: salvaged when the WAL lacks the cut page, opened as it is when it holds it",
+        arguments: [false, true])
+    func truncatedMidPageBesideAWAL(walHoldsTheCutPage: Bool) async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
+        let path = directory.defaultDataStoreURL.path
+        let lastPage = try DamagedFiles.cli(path, "SELECT name FROM dbstat ORDER BY pageno DESC LIMIT 1")
+        try #require(lastPage == "events", "the file ends with an events page (\(lastPage))")
+        // A commit left in the WAL (a process killed before its checkpoint):
+        // to the consumers' page, or to the newest event, on the file's last page.
+        let change =
+            walHoldsTheCutPage
+            ? "UPDATE events SET priority = 1 - priority WHERE seq = (SELECT max(seq) FROM events)"
+            : "UPDATE consumers SET updated_at = updated_at + 1"
+        let sqlite3 = try #require(DamagedFiles.sqlite3)
+        try runProcess(sqlite3, [path, ".dbconfig no_ckpt_on_close on", change])
+        let wal = try #require(DatabaseFileCheck.fileSize(path + "-wal"))
+        try #require(wal > 0, "the WAL holds the commit")
+        let size = try #require(DatabaseFileCheck.fileSize(path))
+        try #require(truncate(path, off_t(size - Connection.newFilePageSize / 2)) == 0)
+
+        let engine = DamagedFiles.engine(directory, collector: collector)
+        try await engine.start()
+        let recovered: Int
+        if walHoldsTheCutPage {
+            #expect(engine.salvageReport == nil, "SQLite reads the whole page from the WAL")
+            recovered = ids.count
+        } else {
+            let report = try #require(
+                engine.salvageReport, "the cut page is not in the WAL: its rows would be read as zeros")
+            #expect(
+                report.reason.hasPrefix("the file ends 8192 bytes into a page of 16384 bytes"), "\(report.reason)")
+            #expect(report.lost.events > 0 && report.recovered.events + report.lost.events == ids.count)
+            recovered = report.recovered.events
+        }
+        let (accepted, newID) = try await DamagedFiles.recordAndUpload(engine, collector: collector)
+        #expect(accepted.filter(ids.contains).count == recovered && accepted.last == newID)
         await engine.close()
     }
 

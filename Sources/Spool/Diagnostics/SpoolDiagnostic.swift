@@ -83,8 +83,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case filePolicyNotApplied
         /// `start()` found the database file unusable (not a database,
         /// malformed, cut short, missing events it committed, a schema no
-        /// migration explains) and salvaged it: the file was set aside and a
-        /// fresh one started with every row that could be read.
+        /// migration explains), or a read while running met a malformed page,
+        /// and salvaged it: the file was set aside and a fresh one started
+        /// with every row that could be read.
         /// `eventCount` is the events known lost; ``EventEngine/salvageReport``
         /// has the details.
         case storeSalvaged
@@ -93,7 +94,9 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// file was restored), as the high-water mark kept beside it shows,
         /// or its log lacks events its `log_head` counts (with salvage off).
         /// `eventCount` is how many are gone; some may have been delivered
-        /// or uploaded before they went.
+        /// or uploaded before they went. When the mark found them, their
+        /// positions are not handed out again, and every consumer counts
+        /// them as dropped.
         case committedEventsMissing
         /// The database's volume has less free space than
         /// ``EngineConfiguration/minimumFreeDiskSpace``: the file stops

@@ -7,8 +7,8 @@ extension EventEngine {
     /// The database ``start()`` opened, and what it found there.
     struct OpenedDatabase: Sendable {
         let database: DatabaseQueue
-        /// Raises the high-water mark after a commit; nil in memory.
-        let markCommit: (@Sendable (Int64) -> Void)?
+        /// The high-water mark, raised after each commit; nil in memory.
+        let mark: CommitMark?
         /// What the salvage did, when the file could not be used.
         let salvage: SalvageReport?
         /// Events committed to this file that it no longer holds: the
@@ -33,8 +33,7 @@ extension EventEngine {
         let options = ConnectionOptions(fullSynchronous: configuration.synchronous == .full)
         guard case .file(let url) = configuration.database else {
             let database = try DatabaseQueue(path: configuration.database.path, options: options)
-            return OpenedDatabase(
-                database: database, markCommit: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)
+            return OpenedDatabase(database: database, mark: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)
         }
         let path = url.path
         // The mark's file is also the lock that keeps two processes from
@@ -47,13 +46,22 @@ extension EventEngine {
         let found = mark?.read()
         let salvages = configuration.salvagesDamagedDatabase
         do {
-            let (database, shape) = try openChecked(path, options, salvaging: salvages)
+            var (database, shape) = try openChecked(path, options, salvaging: salvages)
             var missing: Int64 = 0
             if let identity = shape.identity, let found, found.identity == identity, found.head > shape.head {
+                // A lost WAL: its positions are not handed out again.
                 missing = found.head - shape.head
+                do {
+                    try database.sync { try $0.closeUpPositions(toHead: found.head) }
+                } catch {
+                    database.close()
+                    throw error
+                }
+                shape.newest = shape.newest.map { $0 + missing }
+                shape.head = found.head
             }
             return OpenedDatabase(
-                database: database, markCommit: markCommit(mark, shape), salvage: nil, missingCommitted: missing,
+                database: database, mark: CommitMark(mark, shape), salvage: nil, missingCommitted: missing,
                 missingInFile: shape.missingEvents)
         } catch let damage where salvages && StorageError.meansDamage(damage) {
             let date = Date()
@@ -68,7 +76,7 @@ extension EventEngine {
             }
             let (database, shape) = try openChecked(path, options, salvaging: false)
             return OpenedDatabase(
-                database: database, markCommit: markCommit(mark, shape),
+                database: database, mark: CommitMark(mark, shape),
                 salvage: SalvageReport(outcome, reason: reason(damage), date: date), missingCommitted: 0,
                 missingInFile: 0)
         }
@@ -103,17 +111,8 @@ extension EventEngine {
         }
     }
 
-    /// Sets the mark to the file's head now, and returns what raises it
-    /// after each commit; nil when there is no mark or the file has no
-    /// identity.
-    private static func markCommit(_ mark: StoreMark?, _ shape: LogShape) -> (@Sendable (Int64) -> Void)? {
-        guard let mark, let identity = shape.identity else { return nil }
-        mark.write(StoreMark.Value(identity: identity, head: shape.head))
-        return { head in mark.advance(to: head, identity: identity) }
-    }
-
     /// Why a file could not be used, for the report.
-    private static func reason(_ error: any Error) -> String {
+    static func reason(_ error: any Error) -> String {
         switch error {
         case StorageError.notADatabase: return "it is not a SQLite database"
         case StorageError.damaged(_, let reason): return reason
@@ -155,5 +154,35 @@ extension EventEngine {
     func deleteDamagedCopies() {
         guard case .file(let url) = configuration.database else { return }
         DamagedCopies(databasePath: url.path).deleteDamaged(before: nil)
+    }
+}
+
+/// The high-water mark of the file the engine has open: set to the file's
+/// head at open, raised after each commit, and set again for the new file
+/// after a salvage while running.
+final class CommitMark: Sendable {
+    let mark: StoreMark
+    /// The open file's identity (``Connection/fileIdentity()``).
+    private let identity: Protected<UInt64>
+
+    /// Sets the mark to the file's head now; nil when there is no mark or
+    /// the file has no identity.
+    init?(_ mark: StoreMark?, _ shape: LogShape) {
+        guard let mark, let identity = shape.identity else { return nil }
+        self.mark = mark
+        self.identity = Protected(identity)
+        mark.write(StoreMark.Value(identity: identity, head: shape.head))
+    }
+
+    /// After a commit: raises the mark to `head`.
+    func committed(_ head: Int64) {
+        mark.advance(to: head, identity: identity.withLock { $0 })
+    }
+
+    /// After the file was replaced: the mark names the new file, at its head.
+    func reset(_ shape: LogShape) {
+        guard let new = shape.identity else { return }
+        identity.withLock { $0 = new }
+        mark.write(StoreMark.Value(identity: new, head: shape.head))
     }
 }

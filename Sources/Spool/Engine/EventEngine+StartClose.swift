@@ -24,9 +24,12 @@ extension EventEngine {
     /// A file it cannot use as it is (not a database, malformed, cut short,
     /// missing events it committed, a schema no migration explains) is
     /// salvaged: set aside, with every row that can still be read copied into
-    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). Events the
-    /// file had committed and lost (a WAL deleted after a crash) are reported
-    /// as a ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic.
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). It reads
+    /// only the ends of each table: a malformed page that a later read or
+    /// commit meets is salvaged then, while the engine runs. Events the file
+    /// had committed and lost (a WAL deleted after a crash) are reported as a
+    /// ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic, and their
+    /// positions are not handed out again.
     ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
     ///   opened (``SpoolError/cannotOpen(path:reason:)``,
@@ -62,18 +65,10 @@ extension EventEngine {
         let configuration = self.configuration
         let opened = try await Self.openDatabase(configuration)
         reportOpening(opened)
-        let markCommit = opened.markCommit
+        let mark = opened.mark
         let database = opened.database
         database.clock = configuration.clock
-        if case .file = configuration.database,
-            let failure = DatabaseFilePolicy.apply(
-                to: database.path, protection: configuration.fileProtection,
-                excludeFromBackup: configuration.excludesFromBackup)
-        {
-            diagnosticsCenter.report(
-                .filePolicyNotApplied, error: failure,
-                "the database files' protection class or backup exclusion could not be set")
-        }
+        applyFilePolicy(database.path)
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(
             QueueBounds(
@@ -107,10 +102,11 @@ extension EventEngine {
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
                 uploader?.committed(head: head)
-                markCommit?(head)
+                mark?.committed(head)
                 freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }
+            salvagesWhileRunning(log, mark: mark)
             delivery.setFollower(surveys)
             try await events.durables.open(log, owner: leaseOwner)
         } catch {
@@ -185,6 +181,7 @@ extension EventEngine {
         log.setCommitHandler(nil)
         log.setGroupReader(nil)
         log.setFailureHandler(nil)
+        log.database.onDamage.withLock { $0 = nil }  // it holds the mark, whose descriptor then closes
         delivery.setFollower(nil)
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import SpoolStorage
 
-/// What ``EventEngine/start()`` did with a database file it could not use.
+/// What ``EventEngine/start()`` did with a database file it could not use,
+/// or what Spool did when a read while running met a damaged page.
 ///
 /// A file that is not a SQLite database, that SQLite reports malformed
 /// (`SQLITE_CORRUPT`) when it is opened and first read, that ends in the
@@ -22,6 +23,13 @@ import SpoolStorage
 /// count as dropped for it, so a durable listener hears of them through
 /// `onMissed` and the uploader counts them in
 /// ``UploadStatistics/dropped``.
+///
+/// `start()` reads only the ends of each table. A malformed page in the
+/// middle of the log is found by the first read that reaches it (the
+/// uploader, a durable listener catching up, a commit): that read fails, and
+/// the file is salvaged then, the same way, while the app runs. The uploader
+/// sends its batch in flight again, and each durable listener attached in
+/// the process starts again from its position in the fresh file.
 ///
 /// Another process that already had the damaged file open (an app
 /// extension running at that moment) goes on with the set-aside copy until it

@@ -160,6 +160,21 @@ final class DurableListeners: @unchecked Sendable {
         }
     }
 
+    /// After the file under the log was replaced (a salvage while running
+    /// closed positions up): every listener attached here starts again
+    /// from its position in the new file, as when it was first attached.
+    /// On the database queue.
+    func reattach(_ log: EventLog, connection: Connection) {
+        let held = state.withLock { state -> [Durable] in
+            defer { state.held.removeAll() }
+            return state.held.compactMap { state.added[$0] }
+        }
+        for durable in held {
+            queue.async { self.positions[durable.id] = nil }
+            attach(durable, log: log, connection: connection, reportHeld: false)
+        }
+    }
+
     // MARK: - Leases (on the database queue)
 
     /// Takes `durable`'s lease and starts its delivery (on the database

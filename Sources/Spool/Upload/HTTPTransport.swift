@@ -81,12 +81,21 @@ final class HTTPTransport: CallbackUploadTransport {
 
     /// Sends `request`, following only what ``RedirectPolicy`` allows, and
     /// calls `completion` once, after the upload's last request.
+    ///
+    /// The returned closure cancels the request in flight. It holds the
+    /// task weakly: the uploader keeps it until the dispatch timeout, and a
+    /// strong hold would keep the finished task, its request and the body
+    /// (up to 3.5 MB) alive that long. URLSession holds a task until it
+    /// finishes, so a task that can still be cancelled is always there;
+    /// and Spool never releases a task itself (FoundationNetworking on Linux
+    /// crashes in its redirect callback when a finished task is released
+    /// from its own completion handler).
     func send(
         _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
     ) -> @Sendable () -> Void {
-        let task = Protected<URLSessionTask?>(nil)
+        let task = Protected<WeakBox<URLSessionTask>?>(nil)
         send(request.urlRequest, body: request.body, original: request.url, hops: 0, task: task, completion: completion)
-        return { task.withLock { $0 }?.cancel() }
+        return { task.withLock { $0 }?.object?.cancel() }
     }
 
     /// Sends `request` with `body`; on a 3xx, asks the redirect policy
@@ -96,7 +105,7 @@ final class HTTPTransport: CallbackUploadTransport {
     /// The task's handler holds the transport until the upload's last request
     /// ends, so a follow-up never starts on an invalidated session.
     private func send(
-        _ request: URLRequest, body: Data, original: URL, hops: Int, task current: Protected<URLSessionTask?>,
+        _ request: URLRequest, body: Data, original: URL, hops: Int, task current: Protected<WeakBox<URLSessionTask>?>,
         completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
     ) {
         var withBody = request
@@ -130,7 +139,7 @@ final class HTTPTransport: CallbackUploadTransport {
             }
             completion(.success(UploadResponse(response, body: data)))
         }
-        current.withLock { $0 = task }
+        current.withLock { $0 = WeakBox(task) }
         task.resume()
     }
 }

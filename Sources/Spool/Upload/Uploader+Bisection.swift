@@ -244,6 +244,7 @@ extension Uploader {
     /// the lease in the same transaction (a bisection can take many
     /// requests).
     private func readUnderLease(after position: Int64, through last: Int64, limit: Int) throws -> UploadBatch.Read? {
+        try checkSameFileAsRead()
         let (consumer, format, owner, duration) = (Self.consumerID, client.format, self.owner, settings.leaseDuration)
         let (found, heldBy) = try log.database.onQueue { connection in
             try connection.transaction { () -> (UploadBatch.Read?, ConsumerLease?) in

@@ -39,6 +39,15 @@ extension Uploader {
         if let uploaded { _ = try saveAndRead(uploaded, read: false) }
     }
 
+    /// Throws a retryable error when the file was salvaged since the last
+    /// batch was read: the positions this flush holds are the old file's
+    /// (the salvage closed them up). The batch is read and sent again.
+    func checkSameFileAsRead() throws {
+        guard log.database.fileGeneration == readGeneration else {
+            throw UploadError.retryable("the database file was salvaged while a batch was in flight; it is sent again")
+        }
+    }
+
     /// Another process holds the lease: retry when it is free.
     func heldElsewhere(_ lease: ConsumerLease) -> UploadError {
         retryWhenFree(lease)
@@ -51,6 +60,12 @@ extension Uploader {
     /// With nothing left to send the lease is given up.
     func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
+        // A batch read from a file that was since salvaged (positions closed
+        // up) is not saved: its positions are not the new file's. Its events
+        // are sent again (at least once).
+        let generation = log.database.fileGeneration
+        let uploaded = generation == readGeneration ? uploaded : nil
+        readGeneration = generation
         let records = takeRecords()
         let (step, position, head, passed) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64, Int64) in

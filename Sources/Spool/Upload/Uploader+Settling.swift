@@ -55,6 +55,7 @@ extension Uploader {
             try saveNotes()
             return (retry, left)
         }
+        try checkSameFileAsRead()
         let (consumer, limits, records) = (Self.consumerID, deadLetterLimits, takeRecords())
         let deadLettered = try log.database.onQueue { connection in
             try connection.transaction { () -> Int in

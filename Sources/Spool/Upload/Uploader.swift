@@ -80,6 +80,9 @@ actor Uploader {
     /// A trigger arrived while paused: run once resumed.
     private var triggeredWhilePaused = false
     var counters = (uploaded: 0, requests: 0, failedRequests: 0)
+    /// The database file the last batch was read from
+    /// (``DatabaseQueue/fileGeneration``).
+    var readGeneration = 0
     var lastFailure: String?
     /// Why uploading is held back (the collector refused requests
     /// themselves); nil once one is accepted.
