@@ -226,9 +226,10 @@ struct UploadFaultTests {
         let collector = try await TestCollector(directory)
         let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
         try await engine.start()
-        _ = try recordEvents(engine, 5)
-        // A failed upload keeps the lease (the events wait for a retry).
+        // A failed upload keeps the lease (the events wait for a retry); the
+        // collector fails before any event can go out by size.
         try await collector.control(["mode": "status", "status": 503])
+        _ = try recordEvents(engine, 5)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let path = directory.defaultDataStoreURL.path
         func leaseOwner() throws -> String? {
