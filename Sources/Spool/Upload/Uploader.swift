@@ -67,12 +67,18 @@ actor Uploader {
     private var rerun = false
     private var rerunForced = false
     private var waiting: [CheckedContinuation<Void, any Error>] = []
-    /// `stop()` callers waiting for the pass in flight to end.
-    private var stopped: [CheckedContinuation<Void, Never>] = []
+    /// `stop()` and `pause()` callers waiting for the pass in flight to end
+    /// (each resumes its caller at most once).
+    private var stopped: [@Sendable () -> Void] = []
     var failures = 0
-    var retryAt: Date?
-    var retryTask: Task<Void, Never>?
-    private var timerTask: Task<Void, Never>?
+    /// When the backoff ends, in seconds of the database's clock.
+    var retryAt: Double?
+    /// Which scheduled retry is the live one: a timer that fires for an
+    /// older one (replaced, or cancelled by ``stop(patience:)`` or a network
+    /// path's return) does nothing.
+    var retryGeneration = 0
+    /// Set by ``stop(patience:)``: the periodic timer stops re-arming.
+    private nonisolated let timerStopped = Protected(false)
     var random = FastRandom()
     var closed = false
     /// Holds from ``pause()``: while above zero no pass starts.
@@ -157,18 +163,7 @@ actor Uploader {
             signals.head = head
             return signals.pending
         }
-        if settings.timerInterval > 0 {
-            let interval = settings.timerInterval
-            // A task, not structured work: the timer lives as long as the
-            // uploader, and Task.sleep is the portable timer without a run loop.
-            timerTask = Task { [weak self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: Self.nanoseconds(interval))  // try?: cancelled means stop
-                    guard !Task.isCancelled else { return }
-                    await self?.timerFired()
-                }
-            }
-        }
+        if settings.timerInterval > 0 { armTimer(settings.timerInterval) }
         // A task per path change (rare): the one way from the monitor's
         // queue onto the actor.
         networkPath?.start { [weak self] available in Task { await self?.networkChanged(available: available) } }
@@ -183,7 +178,7 @@ actor Uploader {
         networkAvailable = available
         guard available else { return }
         retryAt = nil
-        retryTask?.cancel()
+        retryGeneration += 1
         if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
@@ -196,17 +191,26 @@ actor Uploader {
     func stop(patience: TimeInterval = 5) async {
         closed = true
         networkPath?.cancel()
-        timerTask?.cancel()
-        retryTask?.cancel()
+        timerStopped.withLock { $0 = true }
+        retryGeneration += 1
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
         waiting.removeAll()
         if running {
             await withCheckedContinuation { continuation in
-                stopped.append(continuation)
-                log.database.asyncAfter(patience) { [weak self] _ in
-                    // A task: the one way from the timer's queue block onto the actor.
-                    Task { await self?.abandonInFlight() }
+                // Resumed by the pass's end or by the patience timer,
+                // whichever comes first.
+                let once = Protected(false)
+                let resume: @Sendable () -> Void = {
+                    let first = once.withLock { done in
+                        defer { done = true }
+                        return !done
+                    }
+                    if first { continuation.resume() }
                 }
+                stopped.append(resume)
+                // A dispatch timer: it touches no database state, so it
+                // fires while suspended without asking for a background window.
+                log.database.timer(after: patience) { _ in resume() }
             }
         }
     }
@@ -226,6 +230,24 @@ actor Uploader {
         // A task only when a flush is due, not per commit: the one way from
         // the writer's synchronous handler onto the actor.
         if due { Task { await self.trigger(force: false) } }
+    }
+
+    /// The periodic flush: every `interval` seconds of the database's clock
+    /// while events are pending. A dispatch timer on the database queue, so
+    /// it keeps time however busy the concurrency pool is; it reads only
+    /// `signals`, so it fires while suspended without asking for a
+    /// background window (and starts nothing then), and it hops onto the
+    /// actor only when events are pending.
+    private nonisolated func armTimer(_ interval: TimeInterval) {
+        log.database.timer(after: interval) { [weak self] firing in
+            guard let self, !self.timerStopped.withLock({ $0 }) else { return }
+            if case .closed = firing { return }
+            if case .awake = firing, self.signals.withLock({ $0.pending }) > 0 {
+                // A task: the one way from the timer's queue block onto the actor.
+                Task { await self.timerFired() }
+            }
+            self.armTimer(interval)
+        }
     }
 
     private func timerFired() {
@@ -301,7 +323,7 @@ actor Uploader {
     private func resumeStopped() {
         let stopped = self.stopped
         self.stopped.removeAll()
-        for continuation in stopped { continuation.resume() }
+        for resume in stopped { resume() }
     }
 
     /// Waits for the pass in flight (its request answered, its position
@@ -310,7 +332,7 @@ actor Uploader {
     func pause() async {
         pauses += 1
         guard running else { return }
-        await withCheckedContinuation { stopped.append($0) }
+        await withCheckedContinuation { continuation in stopped.append { continuation.resume() } }
     }
 
     /// Ends one ``pause()`` and starts what was requested meanwhile.
@@ -347,10 +369,4 @@ actor Uploader {
     nonisolated func abandonInFlightFromAnyThread() {
         inFlightAbandon.withLock { $0 }?()
     }
-
-    /// `stop()` waited long enough for the request in flight.
-    private func abandonInFlight() {
-        resumeStopped()
-    }
-
 }
