@@ -152,6 +152,8 @@ struct CollectorBoundaryTests {
         let held = Protected(0)
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20)
         configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
+        // A clock that stands still: no automatic retry joins the requests counted below.
+        configuration.clock = ManualClock()
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 6)

@@ -142,16 +142,18 @@ final class TestCollector: @unchecked Sendable {
     func restart() async throws {
         stop()
         releasePort()
-        var attempts = 0
-        while true {
+        // The port may take a moment to be free again.
+        var failure: (any Error)?
+        let launched = try await waitUntil(timeout: 2, interval: 0.1) {
             do {
                 try await launch()
-                return
-            } catch where attempts < 20 {
-                attempts += 1
-                try await Task.sleep(nanoseconds: 100_000_000)
+                return true
+            } catch {
+                failure = error
+                return false
             }
         }
+        if !launched, let failure { throw failure }
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
@@ -197,12 +199,9 @@ final class TestCollector: @unchecked Sendable {
     /// Polls (bounded) until `condition` holds on the received requests.
     @discardableResult
     func waitFor(timeout: TimeInterval = 10, _ condition: ([Request]) -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition(requests()) { return true }
-            try? await Task.sleep(nanoseconds: 20_000_000)  // try?: a cancelled wait just polls again
-        }
-        return condition(requests())
+        // try?: a cancelled wait answers with one last look.
+        let held = try? await waitUntil(timeout: timeout, interval: 0.02) { condition(requests()) }
+        return held == true || condition(requests())
     }
 }
 
@@ -298,16 +297,16 @@ func recordEvents(
     }
 }
 
-/// Retries `flush()` (at most `attempts` times, 100 ms apart) until it
-/// succeeds.
+/// Retries `flush()` (for at most `attempts` tries, 100 ms apart) until it
+/// succeeds; the last try's error is thrown.
 func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-    for _ in 0..<attempts {
+    let done = try await waitUntil(timeout: Double(attempts) * 0.1, interval: 0.1) {
         do {
             try await engine.flush()
-            return
+            return true
         } catch is UploadError {
-            try await Task.sleep(nanoseconds: 100_000_000)
+            return false
         }
     }
-    try await engine.flush()
+    if !done { try await engine.flush() }
 }

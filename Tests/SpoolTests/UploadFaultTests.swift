@@ -182,14 +182,25 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         collector.stop()
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        let clock = ManualClock()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        configuration.clock = clock
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 30)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 31 && statistics.lastFailure != nil)
-        try await Task.sleep(nanoseconds: 500_000_000)  // automatic retries keep failing, bounded by backoff
+        // Automatic retries keep failing while the collector is down, each
+        // after its backoff on the clock.
+        for _ in 0..<3 {
+            let failed = try await engine.uploadStatistics().failedRequests
+            clock.advance(by: 1)
+            #expect(try await waitUntil(asking: { try await engine.uploadStatistics().failedRequests > failed }))
+        }
+        #expect(try await engine.uploadStatistics().pending == 31)
         try await collector.restart()
+        clock.advance(by: 1)
         #expect(
             await collector.waitFor(timeout: 10) {
                 Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids)
