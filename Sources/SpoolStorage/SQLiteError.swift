@@ -55,7 +55,7 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     /// An error with SQLite's extended result code, its message and,
     /// optionally, the SQL that failed (never with bound values). Useful to
     /// build errors in tests.
-    public init(extendedResultCode: Int32, message: String, sql: String? = nil) {
+    package init(extendedResultCode: Int32, message: String, sql: String? = nil) {
         self.extendedResultCode = extendedResultCode
         self.message = message
         self.sql = sql

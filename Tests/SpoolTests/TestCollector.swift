@@ -297,16 +297,19 @@ func recordEvents(
     }
 }
 
-/// Retries `flush()` (for at most `attempts` tries, 100 ms apart) until it
-/// succeeds; the last try's error is thrown.
+/// Retries `flush()` (at most `attempts` times, 100 ms apart) until it
+/// succeeds; past that, one more try's error is thrown.
 func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-    let done = try await waitUntil(timeout: Double(attempts) * 0.1, interval: 0.1) {
+    var tries = 0
+    var done = false
+    try await waitUntil(timeout: 120, interval: 0.1) {
+        tries += 1
+        guard tries <= attempts else { return true }
         do {
             try await engine.flush()
-            return true
-        } catch is UploadError {
-            return false
-        }
+            done = true
+        } catch is UploadError {}
+        return done
     }
     if !done { try await engine.flush() }
 }
