@@ -53,8 +53,7 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     public let sql: String?
 
     /// An error with SQLite's extended result code, its message and,
-    /// optionally, the SQL that failed (never with bound values). Useful to
-    /// build errors in tests.
+    /// optionally, the SQL that failed (never with bound values).
     package init(extendedResultCode: Int32, message: String, sql: String? = nil) {
         self.extendedResultCode = extendedResultCode
         self.message = message

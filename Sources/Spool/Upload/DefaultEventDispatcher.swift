@@ -63,11 +63,11 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// bound, in place of ``EngineConfiguration/maximumRetainedEvents``.
     public let maxQueueSize: Int
     /// Seconds before a request with no answer counts as failed.
-    public let requestTimeout: TimeInterval
+    let requestTimeout: TimeInterval
     /// How batches are written and what the collector's answers mean.
-    public var format: any BatchFormat { client.format }
+    var format: any BatchFormat { client.format }
     /// Headers, credentials, compression and networks for every request.
-    public var requestOptions: UploadRequestOptions { client.options }
+    var requestOptions: UploadRequestOptions { client.options }
 
     let client: UploadClient
     private let transport: any UploadTransport
