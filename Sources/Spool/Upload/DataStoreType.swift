@@ -12,7 +12,7 @@ public enum DataStoreType: Sendable, Hashable {
     /// the same name.
     @available(
         *, deprecated,
-        message: "Spool keeps no queue in UserDefaults: this is .file, the SQLite file dataStoreName names. Use .file."
+        message: "Spool keeps no queue in user defaults: this is .file, the SQLite file dataStoreName names. Use .file."
     )
     case userDefaults
 }

@@ -47,8 +47,7 @@ extension Uploader {
         // triggers a flush.
         log.database.timer(after: delay) { [weak self] firing in
             guard let self, case .awake = firing, self.signals.withLock({ $0.pending }) > 0 else { return }
-            // A task: the one way from the timer's queue block onto the actor.
-            Task { await self.retryDue(generation: generation) }
+            self.enter { $0.retryDue(generation: generation) }
         }
     }
 

@@ -164,9 +164,7 @@ actor Uploader {
             return signals.pending
         }
         if settings.timerInterval > 0 { armTimer(settings.timerInterval) }
-        // A task per path change (rare): the one way from the monitor's
-        // queue onto the actor.
-        networkPath?.start { [weak self] available in Task { await self?.networkChanged(available: available) } }
+        networkPath?.start { [weak self] available in self?.enter { $0.networkChanged(available: available) } }
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
     }
 
@@ -227,9 +225,8 @@ actor Uploader {
             signals.flushRequested = true
             return true
         }
-        // A task only when a flush is due, not per commit: the one way from
-        // the writer's synchronous handler onto the actor.
-        if due { Task { await self.trigger(force: false) } }
+        // Only when a flush is due, not per commit.
+        if due { enter { $0.trigger(force: false) } }
     }
 
     /// The periodic flush: every `interval` seconds of the database's clock
@@ -242,10 +239,7 @@ actor Uploader {
         log.database.timer(after: interval) { [weak self] firing in
             guard let self, !self.timerStopped.withLock({ $0 }) else { return }
             if case .closed = firing { return }
-            if case .awake = firing, self.signals.withLock({ $0.pending }) > 0 {
-                // A task: the one way from the timer's queue block onto the actor.
-                Task { await self.timerFired() }
-            }
+            if case .awake = firing, self.signals.withLock({ $0.pending }) > 0 { self.enter { $0.timerFired() } }
             self.armTimer(interval)
         }
     }
@@ -261,10 +255,17 @@ actor Uploader {
     }
 
     /// ``requestFlush()`` for synchronous callers (lifecycle notifications,
-    /// the dispatcher's `flushEvents()`). The task is the one way from a
-    /// non-async context onto the actor; it only enqueues the request.
+    /// the dispatcher's `flushEvents()`).
     nonisolated func requestFlushFromAnyThread() {
-        Task { await self.requestFlush() }
+        enter { $0.requestFlush() }
+    }
+
+    /// Runs `body` on the actor, for synchronous code: the commit handler, a
+    /// timer's block on the database queue, a notification, the network
+    /// path's monitor. `body` only flips state or starts a pass.
+    nonisolated func enter(_ body: @escaping @Sendable (isolated Uploader) -> Void) {
+        // Unstructured: the one way from synchronous code onto the actor; nothing waits for it.
+        Task { await body(self) }
     }
 
     /// Uploads everything pending now, ignoring any backoff wait.
