@@ -87,9 +87,11 @@ public struct EngineConfiguration: Sendable {
     /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
     /// `timerInterval`, and its `maxQueueSize` replaces
     /// `maximumRetainedEvents`; any other gets the default batching. A
-    /// `DefaultEventDispatcher`'s `backingStore` and `dataStoreName` are not
-    /// read here: ``database`` says where the file is, unless the
-    /// configuration comes from ``uploading(to:dispatcher:in:)``.
+    /// `DefaultEventDispatcher`'s `backingStore` and `dataStoreName` do not
+    /// move the database: ``database`` says where it is (set by
+    /// ``uploading(to:dispatcher:in:)`` from them). When they ask for another
+    /// location than `database` and than their default, `start()` throws
+    /// ``SpoolError/invalidConfiguration(_:)`` naming both.
     public var dispatcher: (any EventDispatcher)?
     /// How long the uploader waits before retrying a failed upload.
     public var retryPolicy: RetryPolicy
@@ -257,6 +259,26 @@ extension EngineConfiguration {
         EngineConfiguration(
             database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
             collectorURL: collectorURL, dispatcher: dispatcher)
+    }
+
+    /// Why a `DefaultEventDispatcher`'s `backingStore` and `dataStoreName`
+    /// disagree with ``database``, if they do: they ask for a location other
+    /// than their default, and it is not `database` (a configuration from
+    /// ``uploading(to:dispatcher:in:)`` always agrees).
+    var locationConflict: String? {
+        guard let dispatcher = dispatcher as? DefaultEventDispatcher else { return nil }
+        let directory: URL
+        switch database {
+        case .file(let url): directory = url.deletingLastPathComponent()
+        case .inMemory: directory = URL(fileURLWithPath: "/")
+        }
+        let asked = dispatcher.databaseLocation(in: directory)
+        let byDefault = DatabaseLocation.file(
+            directory.appendingPathComponent(DefaultEventDispatcher.defaultDataStoreName + ".sqlite"))
+        guard asked != database, asked != byDefault else { return nil }
+        let asking = asked == .inMemory ? "memory" : "a file named \(dispatcher.dataStoreName).sqlite"
+        return "the dispatcher's backingStore and dataStoreName ask for \(asking), but database is \(database.path): "
+            + "set the location in one place (database, or EngineConfiguration.uploading(to:dispatcher:in:))"
     }
 
     /// The retention bound in force: a `DefaultEventDispatcher`'s queue size

@@ -45,13 +45,13 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     public let batchSize: Int
     /// Where the queue is kept: a file (the default) or memory.
     ///
-    /// Read only by ``EngineConfiguration/uploading(to:dispatcher:in:)``,
-    /// which turns it and ``dataStoreName`` into the configuration's
-    /// `database`. A configuration that sets `database` itself keeps that
-    /// location, and this is not used.
+    /// Read by ``EngineConfiguration/uploading(to:dispatcher:in:)``, which
+    /// turns it and ``dataStoreName`` into the configuration's `database`. A
+    /// configuration that sets `database` itself keeps that location; if
+    /// these ask for another one (not their default), `start()` throws
+    /// ``SpoolError/invalidConfiguration(_:)`` rather than ignore them.
     public let backingStore: DataStoreType
-    /// The database file's name, without `.sqlite`. Read only by
-    /// ``EngineConfiguration/uploading(to:dispatcher:in:)``, as
+    /// The database file's name, without `.sqlite`. Read as
     /// ``backingStore`` is.
     public let dataStoreName: String
     /// Seconds between timer-driven uploads; 0 uploads as soon as events
@@ -78,12 +78,11 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// - Parameters:
     ///   - batchSize: the most events in one request; 0 or less uses
     ///     ``defaultBatchSize``.
-    ///   - backingStore: where the queue is kept (``DataStoreType``); used only
-    ///     through ``EngineConfiguration/uploading(to:dispatcher:in:)`` (see
-    ///     ``backingStore``).
+    ///   - backingStore: where the queue is kept (``DataStoreType``), through
+    ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``; see
+    ///     ``backingStore`` for a configuration that sets its own `database`.
     ///   - dataStoreName: the database file's name, without `.sqlite`; empty
-    ///     uses ``defaultDataStoreName``. Used only through
-    ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``.
+    ///     uses ``defaultDataStoreName``. Read as `backingStore` is.
     ///   - timerInterval: seconds between timer-driven uploads; 0 uploads as
     ///     soon as events are committed; negative uses the default.
     ///   - maxQueueSize: the most events kept for upload; below 100 uses the
