@@ -139,21 +139,14 @@ struct SuspensionTests {
             _ = try? log.append(  // try?: a refused append only ends this load early
                 EventRecord(name: "load", parametersJSON: #"{"i":\#(index)}"#, recordedAt: 1))
         }
-        // A thread appends without pause until the database is suspended;
-        // then each check below adds more work itself.
-        let appending = Protected(true)
-        let appender = Thread {
-            var index = 0
-            while appending.withLock({ $0 }) {
-                index += 1
-                append(index)
-            }
-        }
+        // A thread appends a burst (bounded: a free-running loop would starve
+        // the writer of the log's lock); the database is suspended while the
+        // writer commits it, and each check below adds more work itself.
+        let appender = Thread { for index in 1...20_000 { append(index) } }
         appender.start()
         try await waitUntil(interval: 0.001) { log.writerCPUPerEvent != nil }  // commits are running
         await database.suspend()
-        appending.withLock { $0 = false }
-        try await waitUntil(interval: 0.001) { appender.isFinished }
+        try await waitUntil(timeout: 60, interval: 0.001) { appender.isFinished }
         var free = 0
         for check in 0..<50 {
             if try Self.fileIsFree(directory.databaseURL.path) { free += 1 }
