@@ -83,7 +83,7 @@ final class TestCollector: @unchecked Sendable {
             // Bounded wait for "PORT n", on a thread of its own: dozens of
             // tests start collectors at once.
             let descriptor = output.fileHandleForReading.fileDescriptor
-            let text = await onOwnThread { readFirstLine(descriptor, timeout: 10) }
+            let text = await onOwnThread { readFirstLine(descriptor, timeout: 30) }
             guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
                 let port = Int(line.dropFirst(5))
             else {
