@@ -215,12 +215,17 @@ extension EventDispatcher {
 }
 
 /// A fast retry policy for tests: 50 ms doubling to 400 ms.
+/// The request timeout of ``uploadingEngine``: short, so a lost answer is
+/// retried soon; wider under the thread sanitizer, where an exchange with
+/// the loopback collector can take seconds.
+let defaultRequestTimeout: TimeInterval = isThreadSanitized ? 10 : 2
+
 let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
 
 /// An engine on a file, uploading to `collector`.
 func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect"
 ) -> EventEngine {
@@ -234,7 +239,7 @@ func uploadingEngine(
 /// The configuration ``uploadingEngine`` starts from, to change before use.
 func uploadingConfiguration(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect"
 ) -> EngineConfiguration {
