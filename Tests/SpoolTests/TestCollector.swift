@@ -174,7 +174,7 @@ final class TestCollector: @unchecked Sendable {
     }
 
     /// Polls (bounded) until mode "hold" holds at least `count` requests.
-    func waitForHeld(_ count: Int = 1, timeout: TimeInterval = 10) async throws -> Bool {
+    func waitForHeld(_ count: Int = 1, timeout: TimeInterval = 30) async throws -> Bool {
         try await waitUntil(timeout: timeout, interval: 0.02, asking: { try await self.control([:]) >= count })
     }
 
@@ -198,7 +198,7 @@ final class TestCollector: @unchecked Sendable {
 
     /// Polls (bounded) until `condition` holds on the received requests.
     @discardableResult
-    func waitFor(timeout: TimeInterval = 10, _ condition: ([Request]) -> Bool) async -> Bool {
+    func waitFor(timeout: TimeInterval = 30, _ condition: ([Request]) -> Bool) async -> Bool {
         // try?: a cancelled wait answers with one last look.
         let held = try? await waitUntil(timeout: timeout, interval: 0.02) { condition(requests()) }
         return held == true || condition(requests())
