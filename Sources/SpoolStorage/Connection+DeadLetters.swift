@@ -3,10 +3,11 @@ import Foundation
 extension Connection {
     /// Moves `events` to the dead letters with `status` and `reason`, and
     /// advances `consumer` past them, in one transaction. The events stay in
-    /// the log for other consumers until everyone has passed them.
-    package func deadLetter(_ events: some Collection<StoredEvent>, status: Int?, reason: String, consumer: String)
-        throws
-    {
+    /// the log for other consumers until everyone has passed them. `now`
+    /// (seconds since 1970) is their `failed_at`.
+    package func deadLetter(
+        _ events: some Collection<StoredEvent>, status: Int?, reason: String, consumer: String, now: Double
+    ) throws {
         guard let last = events.map(\.seq).max() else { return }
         try transaction {
             try withStatement(
@@ -16,7 +17,6 @@ extension Connection {
                 identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ) { statement in
-                let now = Date().timeIntervalSince1970
                 for event in events {
                     try statement.bind(event.seq, at: 1)
                     try statement.bind(event.id, at: 2)

@@ -53,9 +53,8 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     public let sql: String?
 
     /// An error with SQLite's extended result code, its message and,
-    /// optionally, the SQL that failed (never with bound values). Useful to
-    /// build errors in tests.
-    public init(extendedResultCode: Int32, message: String, sql: String? = nil) {
+    /// optionally, the SQL that failed (never with bound values).
+    package init(extendedResultCode: Int32, message: String, sql: String? = nil) {
         self.extendedResultCode = extendedResultCode
         self.message = message
         self.sql = sql

@@ -18,7 +18,14 @@ package struct SystemClock: SpoolClock {
 
     package var now: Double { Date().timeIntervalSince1970 }
 
+    /// A delay below zero or NaN runs `body` at once; one over a year (an
+    /// infinite `Retry-After`, a huge interval) waits a year.
     package func schedule(after delay: TimeInterval, on queue: DispatchQueue, _ body: @escaping @Sendable () -> Void) {
-        queue.asyncAfter(deadline: .now() + delay, execute: body)
+        queue.asyncAfter(deadline: .now() + Self.clamped(delay), execute: body)
+    }
+
+    /// `delay` within 0 and a year.
+    package static func clamped(_ delay: TimeInterval) -> TimeInterval {
+        delay.isNaN ? 0 : min(max(0, delay), 365 * 86_400)
     }
 }

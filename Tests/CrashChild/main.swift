@@ -59,6 +59,21 @@ func emit(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// Polls `condition` every 10 ms for at most `seconds` (the child's copy of
+/// the tests' bounded `waitUntil`); the caller reports what it then finds.
+func poll(seconds: Double, _ condition: @Sendable () -> Bool) async throws {
+    for _ in 0..<Int(seconds * 100) where !condition() {
+        try await Task.sleep(nanoseconds: 10_000_000)
+    }
+}
+
+/// Sleeps until `startAt` (seconds since 1970), so that the workers of one
+/// test open the file at the same moment.
+func waitForStartTime(_ startAt: Double) async throws {
+    let wait = startAt - Date().timeIntervalSince1970
+    if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
+}
+
 final class Printer: EventListener {
     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
         if let id = parameters["id"]?.stringValue { emit("GOT \(id)") }
@@ -99,8 +114,7 @@ case "--worker":
             dispatcher: DefaultEventDispatcher(batchSize: 10, timerInterval: 0.2, requestTimeout: 5),
             retryPolicy: RetryPolicy(initialDelay: 0.05, maximumDelay: 0.5)))
     // Both workers open the new file at the same moment.
-    let wait = startAt - Date().timeIntervalSince1970
-    if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
+    try await waitForStartTime(startAt)
     do {
         try await engine.start()
     } catch {
@@ -210,8 +224,7 @@ case "--open":
             dispatcher: DefaultEventDispatcher(timerInterval: 3_600)))
     let printer = Printer()
     engine.events.addDurableObserver(printer, id: "open")
-    let wait = startAt - Date().timeIntervalSince1970
-    if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
+    try await waitForStartTime(startAt)
     do {
         try await engine.start()
         emit("READY")
@@ -225,15 +238,11 @@ case "--suspension":
     guard arguments.count >= 5 else { exit(2) }
     let control = URL(fileURLWithPath: arguments[4])
     func waitFor(_ suspended: Bool, _ engine: EventEngine) async throws {
-        for _ in 0..<1_000 where engine.isDatabaseSuspended != suspended {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        try await poll(seconds: 10) { engine.isDatabaseSuspended == suspended }
     }
     func waitForFile(_ name: String) async throws {
         let path = control.appendingPathComponent(name).path
-        for _ in 0..<3_000 where !FileManager.default.fileExists(atPath: path) {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        try await poll(seconds: 30) { FileManager.default.fileExists(atPath: path) }
     }
     let engine = EventEngine(configuration: EngineConfiguration(database: .file(url)))
     let printer = Printer()
@@ -266,7 +275,7 @@ case "--notifier":
     try await engine.start()
     if case .recorded(let id) = try await engine.recordDurably("via_notifier") { emit("ID \(id)") }
     SpoolBackgroundNotifier.applicationDidEnterBackground()
-    for _ in 0..<1_000 where !engine.isDatabaseSuspended { try await Task.sleep(nanoseconds: 10_000_000) }
+    try await poll(seconds: 10) { engine.isDatabaseSuspended }
     emit(engine.isDatabaseSuspended ? "SUSPENDED" : "NOT SUSPENDED")
     SpoolBackgroundNotifier.applicationDidBecomeActive()
     await engine.close()

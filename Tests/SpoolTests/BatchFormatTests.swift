@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import Spool
+@_spi(FormatAuthoring) @testable import Spool
 @testable import SpoolStorage
 
 /// The batch formats without a network: the bodies they write from stored

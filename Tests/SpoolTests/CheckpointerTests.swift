@@ -10,7 +10,12 @@ struct CheckpointerTests {
     /// up; the writer's RESTART past 4000 pages keeps the WAL bounded.
     @Test func theWALStaysBoundedUnderContinuousAppends() async throws {
         let directory = TemporaryDirectory()
-        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
+        // A buffer that holds the 10,000 events between waits: appends never
+        // wait for room, whose 2 s bound a slow writer (the thread sanitizer,
+        // a loaded machine) can miss; commits still go in groups of 4,096.
+        let log = EventLog(
+            database: try DatabaseQueue(path: directory.databaseURL.path),
+            limits: EventLog.Limits(events: 20_000, bytes: 64 << 20))
         let padding = String(repeating: "p", count: 400)
         var largest = 0
         for chunk in 0..<30 {
@@ -42,18 +47,23 @@ struct CheckpointerTests {
     /// instead of waiting out its busy timeout on every commit.
     @Test func aLongReaderDoesNotStallTheWriter() async throws {
         let directory = TemporaryDirectory()
-        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path))
+        // A busy timeout of 30 s: a writer that waits one out per commit
+        // misses the deadline below by far, even under the thread sanitizer.
+        let options = ConnectionOptions(busyTimeoutMilliseconds: 30_000)
+        let log = EventLog(database: try DatabaseQueue(path: directory.databaseURL.path, options: options))
         try await log.appendDurably(10)
         let reader = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
         try reader.execute("BEGIN")
         #expect(try reader.scalarInt("SELECT count(*) FROM events") == 10)
         let padding = String(repeating: "r", count: 400)
         // The test bounds itself (Swift Testing's .timeLimit needs iOS 16 /
-        // macOS 13): a writer that waits out its 5 s busy timeout per commit
+        // macOS 13): a writer that waits out its busy timeout per commit
         // misses this deadline within a few chunks.
-        let deadline = Date().addingTimeInterval(60)
+        let seconds: TimeInterval = isThreadSanitized ? 300 : 120
+        let deadline = Date().addingTimeInterval(seconds)
         for chunk in 0..<30 {
-            try #require(Date() < deadline, "the writer stalls behind the reader: \(chunk) of 30 chunks in 60 s")
+            try #require(
+                Date() < deadline, "the writer stalls behind the reader: \(chunk) of 30 chunks in \(Int(seconds)) s")
             for index in 0..<2_000 {
                 try log.append(
                     EventRecord(

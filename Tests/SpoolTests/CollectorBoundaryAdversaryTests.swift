@@ -138,9 +138,16 @@ struct CollectorBoundaryAdversaryTests {
         try await engine.start()
         // The start's own pass (a full batch is due) ends held back.
         #expect(try await waitUntil(asking: { try await engine.uploadStatistics().heldBack != nil }))
-        let before = collector.requests().count
+        // The collector logs a request after answering it: count once its
+        // log has every request the engine made.
+        func logged() async throws -> Int {
+            let made = try await engine.uploadStatistics().requests
+            #expect(try await waitUntil { collector.requests().count >= made })
+            return collector.requests().count
+        }
+        let before = try await logged()
         await #expect(throws: UploadError.self) { try await engine.flush() }
-        let perAttempt = collector.requests().count - before
+        let perAttempt = try await logged() - before
         print("400 to everything, batch 100: first attempt \(before) requests, next \(perAttempt)")
         // The gzip body, once uncompressed, then the bisection's budget
         // while nothing is accepted (2·⌈log2 100⌉ + 4).

@@ -156,6 +156,8 @@ struct CollectorBoundaryTests {
             directory, collector: collector, batchSize: 20,
             retry: RetryPolicy(initialDelay: 600, maximumDelay: 600, multiplier: 1, jitter: 1...1))
         configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
+        // A clock that stands still: no automatic retry joins the requests counted below.
+        configuration.clock = ManualClock()
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 6)

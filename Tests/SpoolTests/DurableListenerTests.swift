@@ -120,11 +120,18 @@ struct DurableListenerTests {
     func attachedListenerIsNotToldOfFalseDrops() async throws {
         let directory = TemporaryDirectory()
         let missed = Protected(0)
-        let slow = CollectingListener { _, _ in Thread.sleep(forTimeInterval: 0.0005) }
+        // Slow: it holds its first event until all 300 are committed, long
+        // after the log has let all but the last 50 go.
+        let released = Protected(false)
+        let slow = CollectingListener { _, _ in _ = released.wait(until: Date().addingTimeInterval(10)) { $0 } }
         let first = engine(directory, retained: 50)
         first.events.addDurableObserver(slow, id: "slow") { count in missed.withLock { $0 += count } }
         try await first.start()
         for index in 0..<300 { try first.record("e\(index)") }
+        let database = try #require(first.databaseQueue)
+        #expect(try await waitUntil { try database.sync { try $0.headPosition() } >= 300 })
+        released.withLock { $0 = true }
+        released.broadcast()
         await first.close()
         #expect(slow.customNames.count == 300, "every event arrived, though the log kept only 50")
         #expect(missed.withLock { $0 } == 0)
@@ -148,7 +155,8 @@ struct DurableListenerTests {
         var deliveredBeforeKill: [String] = []
         for round in 0..<3 {
             let (lines, _) = try await runUntilKilled(
-                child, [directory.databaseURL.path, "engine\(round)", "--engine"], milliseconds: 150 + 100 * round)
+                child, [directory.databaseURL.path, "engine\(round)", "--engine"], milliseconds: 50 + 100 * round,
+                afterLine: "ACK ")
             acknowledged += lines.filter { $0.hasPrefix("ACK ") }.map { String($0.dropFirst(4)) }
             deliveredBeforeKill += lines.filter { $0.hasPrefix("GOT ") }.map { String($0.dropFirst(4)) }
         }

@@ -191,6 +191,8 @@ struct ListenerRuleTests {
         let trace = Protected<[String]>([])
         let concurrent = Protected((now: 0, peak: 0))
         let callerThread = Protected<Set<String>>([])
+        // The slow listener holds e0 until every recording thread is done.
+        let released = Protected(false)
         let make: @Sendable (String, Bool) -> CollectingListener = { label, slow in
             CollectingListener(label) { _, event in
                 concurrent.withLock {
@@ -198,7 +200,7 @@ struct ListenerRuleTests {
                     $0.peak = max($0.peak, $0.now)
                 }
                 callerThread.withLock { $0.insert(Thread.isMainThread ? "main" : "background") }
-                if slow && event.name == "e0" { Thread.sleep(forTimeInterval: 0.05) }
+                if slow && event.name == "e0" { _ = released.wait(until: Date().addingTimeInterval(10)) { $0 } }
                 trace.withLock { $0.append("\(label):\(event.name)") }
                 concurrent.withLock { $0.now -= 1 }
             }
@@ -215,6 +217,8 @@ struct ListenerRuleTests {
         try engine.record("e0")
         for thread in recordingThreads { thread.start() }
         try await waitUntil { recordingThreads.allSatisfy(\.isFinished) }
+        released.withLock { $0 = true }
+        released.broadcast()
         try await engine.settle()
         let order = trace.withLock { $0 }
         // Each event goes to slow, then fast, before the next event starts.

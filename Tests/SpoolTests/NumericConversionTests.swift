@@ -163,13 +163,19 @@ struct ConfigurationEdgeTests {
         #expect(!outcome.isSuccess)
     }
 
-    @Test("sleep intervals saturate instead of trapping")
-    func sleepIntervals() {
-        #expect(Uploader.nanoseconds(.nan) == 0)
-        #expect(Uploader.nanoseconds(-1) == 0)
-        #expect(Uploader.nanoseconds(.infinity) == UInt64(Int64.max))
-        #expect(Uploader.nanoseconds(1e300) == UInt64(Int64.max))
-        #expect(Uploader.nanoseconds(1.5) == 1_500_000_000)
+    @Test("timer delays are clamped to zero through a year instead of trapping")
+    func timerDelays() async throws {
+        #expect(SystemClock.clamped(.nan) == 0)
+        #expect(SystemClock.clamped(-1) == 0)
+        #expect(SystemClock.clamped(.infinity) == 365 * 86_400)
+        #expect(SystemClock.clamped(1e300) == 365 * 86_400)
+        #expect(SystemClock.clamped(1.5) == 1.5)
+        let fired = Protected(0)
+        let queue = DispatchQueue(label: "spool.test.timers")
+        for delay in [Double.nan, -1, .infinity, 1e300] {
+            SystemClock().schedule(after: delay, on: queue) { fired.withLock { $0 += 1 } }
+        }
+        #expect(try await waitUntil { fired.withLock { $0 } == 2 })
         #expect(EventID.milliseconds(since1970: -5) == 0)
         #expect(EventID.milliseconds(since1970: .infinity) == 281_474_976_710_655)
     }

@@ -45,10 +45,8 @@ struct ProcessBoundaryTests {
         /// Waits for the child to exit (bounded), killing it past `timeout`.
         func finish(timeout: TimeInterval) async -> [String] {
             #if os(Linux) || os(macOS)
-                let deadline = Date().addingTimeInterval(timeout)
-                while process.isRunning && Date() < deadline {
-                    try? await Task.sleep(nanoseconds: 50_000_000)  // try?: only cancellation; the loop is bounded
-                }
+                // try?: only cancellation, after which the child is killed below.
+                _ = try? await waitUntil(timeout: timeout, interval: 0.05) { !process.isRunning }
                 if process.isRunning { sendSIGKILL() }
             #endif
             let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
@@ -106,8 +104,10 @@ struct ProcessBoundaryTests {
                 database: .file(directory.databaseURL), maximumRetainedEvents: nil, collectorURL: collector.url,
                 dispatcher: DefaultEventDispatcher(batchSize: 100, requestTimeout: 5), retryPolicy: fastRetry))
         try await drainer.start()
-        for _ in 0..<50 where try await drainer.uploadStatistics().pending > 0 {
-            do { try await drainer.flush() } catch { try await Task.sleep(nanoseconds: 100_000_000) }
+        try await waitUntil(timeout: 5, interval: 0.1) {
+            // A failed flush leaves the events queued: the next poll tries again.
+            do { try await drainer.flush() } catch {}
+            return try await drainer.uploadStatistics().pending == 0
         }
         await drainer.close()
 

@@ -135,30 +135,26 @@ struct SuspensionTests {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000_000, bytes: 1 << 30))
-        let appending = Protected(true)
-        let appender = Thread {
-            var index = 0
-            while appending.withLock({ $0 }) {
-                index += 1
-                _ = try? log.append(  // try?: a refused append only ends this load early
-                    EventRecord(name: "load", parametersJSON: #"{"i":\#(index)}"#, recordedAt: 1))
-                if index % 100 == 0 { usleep(200) }
-            }
+        let append: @Sendable (Int) -> Void = { index in
+            _ = try? log.append(  // try?: a refused append only ends this load early
+                EventRecord(name: "load", parametersJSON: #"{"i":\#(index)}"#, recordedAt: 1))
         }
+        // A thread appends a burst (bounded: a free-running loop would starve
+        // the writer of the log's lock); the database is suspended while the
+        // writer commits it, and each check below adds more work itself.
+        let appender = Thread { for index in 1...20_000 { append(index) } }
         appender.start()
         try await waitUntil(interval: 0.001) { log.writerCPUPerEvent != nil }  // commits are running
         await database.suspend()
+        try await waitUntil(timeout: 60, interval: 0.001) { appender.isFinished }
         var free = 0
-        for _ in 0..<50 {
+        for check in 0..<50 {
             if try Self.fileIsFree(directory.databaseURL.path) { free += 1 }
             // More work arrives between checks.
-            let seen = log.acceptedCount
-            try await waitUntil(interval: 0.001) { log.acceptedCount > seen }
+            for index in 0..<100 { append(-(check * 100 + index)) }
         }
         #expect(free == 50, "the file was free \(free) times in 50 checks while suspended")
         database.resume()
-        appending.withLock { $0 = false }
-        try await waitUntil(interval: 0.001) { appender.isFinished }
         try await log.waitUntilAllDurable()
         let stored = try database.sync { try $0.scalarInt("SELECT count(*) FROM events") }
         #expect(UInt64(stored) == log.acceptedCount, "every append committed after resume")

@@ -150,16 +150,18 @@ final class TestCollector: @unchecked Sendable {
     func restart() async throws {
         stop()
         releasePort()
-        var attempts = 0
-        while true {
+        // The port may take a moment to be free again.
+        var failure: (any Error)?
+        let launched = try await waitUntil(timeout: 2, interval: 0.1) {
             do {
                 try await launch()
-                return
-            } catch where attempts < 20 {
-                attempts += 1
-                try await Task.sleep(nanoseconds: 100_000_000)
+                return true
+            } catch {
+                failure = error
+                return false
             }
         }
+        if !launched, let failure { throw failure }
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
@@ -180,7 +182,7 @@ final class TestCollector: @unchecked Sendable {
     }
 
     /// Polls (bounded) until mode "hold" holds at least `count` requests.
-    func waitForHeld(_ count: Int = 1, timeout: TimeInterval = 10) async throws -> Bool {
+    func waitForHeld(_ count: Int = 1, timeout: TimeInterval = 30) async throws -> Bool {
         try await waitUntil(timeout: timeout, interval: 0.02, asking: { try await self.control([:]) >= count })
     }
 
@@ -204,13 +206,10 @@ final class TestCollector: @unchecked Sendable {
 
     /// Polls (bounded) until `condition` holds on the received requests.
     @discardableResult
-    func waitFor(timeout: TimeInterval = 10, _ condition: ([Request]) -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition(requests()) { return true }
-            try? await Task.sleep(nanoseconds: 20_000_000)  // try?: a cancelled wait just polls again
-        }
-        return condition(requests())
+    func waitFor(timeout: TimeInterval = 30, _ condition: ([Request]) -> Bool) async -> Bool {
+        // try?: a cancelled wait answers with one last look.
+        let held = try? await waitUntil(timeout: timeout, interval: 0.02) { condition(requests()) }
+        return held == true || condition(requests())
     }
 }
 
@@ -224,12 +223,17 @@ extension EventDispatcher {
 }
 
 /// A fast retry policy for tests: 50 ms doubling to 400 ms.
+/// The request timeout of ``uploadingEngine``: short, so a lost answer is
+/// retried soon; wider under the thread sanitizer, where an exchange with
+/// the loopback collector can take seconds.
+let defaultRequestTimeout: TimeInterval = isThreadSanitized ? 10 : 2
+
 let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
 
 /// An engine on a file, uploading to `collector`.
 func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect"
 ) -> EventEngine {
@@ -243,7 +247,7 @@ func uploadingEngine(
 /// The configuration ``uploadingEngine`` starts from, to change before use.
 func uploadingConfiguration(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = 2, retry: RetryPolicy = fastRetry,
+    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect"
 ) -> EngineConfiguration {
@@ -307,15 +311,18 @@ func recordEvents(
 }
 
 /// Retries `flush()` (at most `attempts` times, 100 ms apart) until it
-/// succeeds.
+/// succeeds; past that, one more try's error is thrown.
 func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
-    for _ in 0..<attempts {
+    var tries = 0
+    var done = false
+    try await waitUntil(timeout: 120, interval: 0.1) {
+        tries += 1
+        guard tries <= attempts else { return true }
         do {
             try await engine.flush()
-            return
-        } catch is UploadError {
-            try await Task.sleep(nanoseconds: 100_000_000)
-        }
+            done = true
+        } catch is UploadError {}
+        return done
     }
-    try await engine.flush()
+    if !done { try await engine.flush() }
 }

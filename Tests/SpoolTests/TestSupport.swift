@@ -129,25 +129,37 @@ func runProcess(_ executable: String, _ arguments: [String], input: String? = ni
     #endif
 }
 
-/// Starts `executable`, kills it with SIGKILL after `milliseconds`, and
-/// returns the whole lines it wrote to standard output (a line the kill cut
-/// has no newline and is dropped) and whether the signal ended it.
-func runUntilKilled(_ executable: String, _ arguments: [String], milliseconds: Int) async throws -> (
-    lines: [String], killed: Bool
-) {
+/// Starts `executable`, kills it with SIGKILL `milliseconds` after it
+/// started (or, with `afterLine`, after it wrote a line with that prefix,
+/// waiting at most 30 s for one), and returns the whole lines it wrote to
+/// standard output (a line the kill cut has no newline and is dropped) and
+/// whether the signal ended it.
+func runUntilKilled(
+    _ executable: String, _ arguments: [String], milliseconds: Int, afterLine prefix: String? = nil
+) async throws -> (lines: [String], killed: Bool) {
     #if os(Linux) || os(macOS)
+        let outputURL = FileManager.default.temporaryDirectory.appendingPathComponent("spool-child-\(UUID()).out")
+        guard FileManager.default.createFile(atPath: outputURL.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: outputURL.path])
+        }
+        defer { try? FileManager.default.removeItem(at: outputURL) }  // try?: a leftover temporary file is harmless
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
+        process.standardOutput = try FileHandle(forWritingTo: outputURL)
         process.standardError = FileHandle.nullDevice
+        func text() -> String { (try? String(contentsOf: outputURL, encoding: .utf8)) ?? "" }  // try?: not yet written
         try process.run()
+        if let prefix {
+            try await waitUntil(timeout: 30, interval: 0.005) {
+                text().split(separator: "\n").contains { $0.hasPrefix(prefix) } || !process.isRunning
+            }
+        }
+        // The kill's moment is what the caller tests: the one real sleep here.
         try await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        await onOwnThread { process.waitUntilExit() }
+        let lines = text().split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
         return (lines, process.terminationReason == .uncaughtSignal)
     #else
         throw TestFacilities.Missing.childProcesses

@@ -57,16 +57,22 @@ struct UploadFaultTests {
         for status in [503, 429] {
             let directory = TemporaryDirectory()
             let collector = try await TestCollector(directory)
-            try await collector.control(["mode": "status", "status": status, "retry_after": "1", "times": 1])
-            let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
+            try await collector.control(["mode": "status", "status": status, "retry_after": "7", "times": 1])
+            let clock = ManualClock()
+            var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 3, timerInterval: 60)
+            configuration.clock = clock
+            let engine = EventEngine(configuration: configuration)
             try await engine.start()
             let ids = try recordEvents(engine, 2)
             try await engine.settle()
-            #expect(await collector.waitFor(timeout: 10) { $0.contains { $0.status == 200 } })
+            // The backoff is the collector's Retry-After, not the policy's.
+            #expect(try await waitUntil(asking: { try await engine.uploadStatistics().nextRetryIn == 7 }))
+            clock.advance(by: 6.9)
+            #expect(try await engine.uploadStatistics().requests == 1, "nothing before Retry-After (\(status))")
+            clock.advance(by: 0.1)
+            #expect(await collector.waitFor(timeout: 30) { $0.contains { $0.status == 200 } })
             let requests = collector.requests()
             #expect(requests.first?.status == status)
-            let retry = try #require(requests.first { $0.status == 200 })
-            #expect(retry.t - requests[0].t >= 0.9, "waited for Retry-After (\(status))")
             #expect(requests.count == 2, "nothing in between")
             expectDeliveredInOrder(ids, collector)
             await engine.close()
@@ -182,14 +188,25 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         collector.stop()
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        let clock = ManualClock()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
+        configuration.clock = clock
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 30)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 31 && statistics.lastFailure != nil)
-        try await Task.sleep(nanoseconds: 500_000_000)  // automatic retries keep failing, bounded by backoff
+        // Automatic retries keep failing while the collector is down, each
+        // after its backoff on the clock.
+        for _ in 0..<3 {
+            let failed = try await engine.uploadStatistics().failedRequests
+            clock.advance(by: 1)
+            #expect(try await waitUntil(asking: { try await engine.uploadStatistics().failedRequests > failed }))
+        }
+        #expect(try await engine.uploadStatistics().pending == 31)
         try await collector.restart()
+        clock.advance(by: 1)
         #expect(
             await collector.waitFor(timeout: 10) {
                 Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids)

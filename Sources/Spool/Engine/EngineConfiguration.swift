@@ -58,9 +58,12 @@ public struct EngineConfiguration: Sendable {
     /// counted as dropped per consumer. `nil` keeps everything; values below 1
     /// count as 1. Default 10,000.
     ///
-    /// When uploading, the dispatcher's `maxQueueSize` takes its place (see
-    /// ``dispatcher``). Events recorded before a session starts wait in memory
-    /// under the same bound.
+    /// **Not used while ``collectorURL`` is set:** the bound is then the
+    /// dispatcher's `maxQueueSize` (a dispatcher adopting ``BatchingPolicy``,
+    /// such as ``DefaultEventDispatcher``), or 10,000 for any other dispatcher
+    /// or none; an uploading engine has no unbounded queue. Set the bound on
+    /// the dispatcher then. Events recorded before a session starts wait in
+    /// memory under the bound in force.
     public var maximumRetainedEvents: Int?
     /// The most bytes the log's queued events may take (their names and
     /// parameters, UTF-8). Past it the oldest give way, as with
@@ -75,13 +78,20 @@ public struct EngineConfiguration: Sendable {
     /// events refuse them themselves. Applies when uploading too.
     public var maximumEventAge: TimeInterval?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
-    /// feeds listeners and durable listeners).
+    /// feeds listeners and durable listeners). Setting it makes the
+    /// dispatcher's `maxQueueSize` the retention bound (see
+    /// ``maximumRetainedEvents``); the database stays at ``database``.
     public var collectorURL: URL?
     /// What sends the batches. `nil` uses a ``DefaultEventDispatcher``
     /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
     /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
     /// `timerInterval`, and its `maxQueueSize` replaces
-    /// `maximumRetainedEvents`; any other gets the default batching.
+    /// `maximumRetainedEvents`; any other gets the default batching. A
+    /// `DefaultEventDispatcher`'s `backingStore` and `dataStoreName` do not
+    /// move the database: ``database`` says where it is (set by
+    /// ``uploading(to:dispatcher:in:)`` from them). When they ask for another
+    /// location than `database` and than their default, `start()` throws
+    /// ``SpoolError/invalidConfiguration(_:)`` naming both.
     public var dispatcher: (any EventDispatcher)?
     /// How long the uploader waits before retrying a failed upload.
     public var retryPolicy: RetryPolicy
@@ -249,6 +259,26 @@ extension EngineConfiguration {
         EngineConfiguration(
             database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
             collectorURL: collectorURL, dispatcher: dispatcher)
+    }
+
+    /// Why a `DefaultEventDispatcher`'s `backingStore` and `dataStoreName`
+    /// disagree with ``database``, if they do: they ask for a location other
+    /// than their default, and it is not `database` (a configuration from
+    /// ``uploading(to:dispatcher:in:)`` always agrees).
+    var locationConflict: String? {
+        guard let dispatcher = dispatcher as? DefaultEventDispatcher else { return nil }
+        let directory: URL
+        switch database {
+        case .file(let url): directory = url.deletingLastPathComponent()
+        case .inMemory: directory = URL(fileURLWithPath: "/")
+        }
+        let asked = dispatcher.databaseLocation(in: directory)
+        let byDefault = DatabaseLocation.file(
+            directory.appendingPathComponent(DefaultEventDispatcher.defaultDataStoreName + ".sqlite"))
+        guard asked != database, asked != byDefault else { return nil }
+        let asking = asked == .inMemory ? "memory" : "a file named \(dispatcher.dataStoreName).sqlite"
+        return "the dispatcher's backingStore and dataStoreName ask for \(asking), but database is \(database.path): "
+            + "set the location in one place (database, or EngineConfiguration.uploading(to:dispatcher:in:))"
     }
 
     /// The retention bound in force: a `DefaultEventDispatcher`'s queue size

@@ -42,9 +42,12 @@ extension EventEngine {
     ///   again, and the events recorded meanwhile are kept.
     ///   ``SpoolError/unsupportedSQLite(version:reason:)`` when the
     ///   SQLite library the app links is too old or lacks the JSON functions
-    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice;
-    ///   ``SpoolError/closed`` after ``close()``.
+    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice,
+    ///   or when the dispatcher's `backingStore` and `dataStoreName` ask for
+    ///   another location than ``EngineConfiguration/database`` (no file was
+    ///   touched); ``SpoolError/closed`` after ``close()``.
     public func start() async throws {
+        if let conflict = configuration.locationConflict { throw SpoolError.invalidConfiguration(conflict) }
         let finished = Promise<Void>()
         try state.withLock { state in
             switch state.phase {

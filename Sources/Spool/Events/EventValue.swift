@@ -113,7 +113,7 @@ extension EventValue {
     /// A date outside ``EventLimits/earliestDate``...``EventLimits/latestDate``
     /// (which recording rejects) becomes the string of the nearer end (NaN:
     /// the earliest).
-    public var delivered: EventValue {
+    var delivered: EventValue {
         switch self {
         case .date(let date): return .string(ISO8601Milliseconds.string(from: date))
         case .array(let values): return values.containsDate ? .array(values.map(\.delivered)) : self

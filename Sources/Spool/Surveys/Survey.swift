@@ -32,7 +32,7 @@ public struct Survey: Sendable, Hashable {
     /// its conditions are checked). Never true for the survey lifecycle
     /// events or `flush_event`, so a wildcard survey is not re-triggered by
     /// its own `survey_dismissed`.
-    public func isCandidate(for eventName: String) -> Bool {
+    func isCandidate(for eventName: String) -> Bool {
         Self.mayTrigger(eventName) && (triggerEventNames?.contains(eventName) ?? true)
     }
 

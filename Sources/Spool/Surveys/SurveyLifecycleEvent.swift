@@ -26,7 +26,7 @@ public enum SurveyLifecycleEvent: String, Sendable, CaseIterable {
     public var eventName: String { rawValue }
 
     /// True for the five lifecycle event names.
-    public static func isLifecycle(_ name: String) -> Bool {
+    static func isLifecycle(_ name: String) -> Bool {
         SurveyLifecycleEvent(rawValue: name) != nil
     }
 }

@@ -10,9 +10,13 @@ import SpoolStorage
 /// Choose one with ``DefaultEventDispatcher``'s `format:`.
 ///
 /// A body is written straight from the stored bytes: Spool calls
-/// ``appendPrologue(sentAt:to:)`` once, ``append(_:to:)`` for each event (with
-/// a comma between events), then ``appendEpilogue(sentAt:to:)``. The event's
+/// `appendPrologue(sentAt:to:)` once, `append(_:to:)` for each event (with
+/// a comma between events), then `appendEpilogue(sentAt:to:)`. The event's
 /// parameters are spliced in as stored, never decoded and encoded again.
+///
+/// Choosing a format needs nothing more. Writing one needs the format
+/// authors' interface, `@_spi(FormatAuthoring) import Spool`: the
+/// requirements below, `BatchEvent` and `UploadVerdict` are part of it.
 ///
 /// ## Implementation requirements
 ///
@@ -20,56 +24,56 @@ import SpoolStorage
 ///   back out when it does not fit, so they must not look at or change what
 ///   is already there. They run on Spool's database queue: no I/O, no locks,
 ///   no waiting.
-/// - The ``BatchEvent`` passed to ``append(_:to:)`` is valid only during the
+/// - The `BatchEvent` passed to `append(_:to:)` is valid only during the
 ///   call: do not keep it.
-/// - ``verdict(for:eventCount:)`` is a pure function of the answer. Report
-///   ``UploadVerdict/accepted`` only for events the collector took: Spool
+/// - `verdict(for:eventCount:)` is a pure function of the answer. Report
+///   `UploadVerdict.accepted` only for events the collector took: Spool
 ///   deletes them. Spool itself handles what no format may change: a 1xx or
 ///   3xx keeps the events, a non-2xx is never delivery, and a 415 to a
 ///   gzipped body turns compression off.
 /// - Every requirement except the three `append` methods has a default:
-///   JSON, Spool's limits, gzip, and ``UploadVerdict/standard(for:)``.
+///   JSON, Spool's limits, gzip, and `UploadVerdict.standard(for:)`.
 public protocol BatchFormat: Sendable {
     /// The `Content-Type` of the body. Default `application/json`.
-    var contentType: String { get }
+    @_spi(FormatAuthoring) var contentType: String { get }
     /// Headers every request carries (authentication, `Accept`). Headers the
     /// dispatcher is configured with replace these. Default none.
-    var headers: [String: String] { get }
+    @_spi(FormatAuthoring) var headers: [String: String] { get }
     /// Whether bodies are gzipped when the dispatcher's
     /// ``UploadRequestOptions/compression`` is `.automatic`. Default true.
-    var compressesByDefault: Bool { get }
+    @_spi(FormatAuthoring) var compressesByDefault: Bool { get }
     /// The largest body, in bytes **before** compression (what the collector
     /// parses); a batch that would pass it is cut short. Default 3.5 MB.
-    var maximumBodyBytes: Int { get }
+    @_spi(FormatAuthoring) var maximumBodyBytes: Int { get }
     /// The most events one request carries, when the collector has a limit
     /// (the dispatcher's `batchSize` applies too). Default none.
-    var maximumEventsPerRequest: Int? { get }
+    @_spi(FormatAuthoring) var maximumEventsPerRequest: Int? { get }
     /// The most bytes one event may take in the body (what ``append(_:to:)``
     /// writes), when the collector has a limit. A larger event is never sent:
     /// it goes to the dead letters with no status. Default none.
-    var maximumEventBytes: Int? { get }
+    @_spi(FormatAuthoring) var maximumEventBytes: Int? { get }
 
     /// Appends what comes before the first event.
-    func appendPrologue(sentAt: Date, to body: inout [UInt8])
+    @_spi(FormatAuthoring) func appendPrologue(sentAt: Date, to body: inout [UInt8])
     /// Appends one event.
-    func append(_ event: BatchEvent, to body: inout [UInt8])
+    @_spi(FormatAuthoring) func append(_ event: BatchEvent, to body: inout [UInt8])
     /// Appends what comes after the last event.
-    func appendEpilogue(sentAt: Date, to body: inout [UInt8])
+    @_spi(FormatAuthoring) func appendEpilogue(sentAt: Date, to body: inout [UInt8])
 
     /// What the collector's answer to a request carrying `eventCount` events
     /// means for them.
-    func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict
+    @_spi(FormatAuthoring) func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict
 }
 
 extension BatchFormat {
-    public var contentType: String { "application/json" }
-    public var headers: [String: String] { [:] }
-    public var compressesByDefault: Bool { true }
-    public var maximumBodyBytes: Int { SpoolBatchFormat.maximumBodyBytes }
-    public var maximumEventsPerRequest: Int? { nil }
-    public var maximumEventBytes: Int? { nil }
+    @_spi(FormatAuthoring) public var contentType: String { "application/json" }
+    @_spi(FormatAuthoring) public var headers: [String: String] { [:] }
+    @_spi(FormatAuthoring) public var compressesByDefault: Bool { true }
+    @_spi(FormatAuthoring) public var maximumBodyBytes: Int { SpoolBatchFormat.maximumBodyBytes }
+    @_spi(FormatAuthoring) public var maximumEventsPerRequest: Int? { nil }
+    @_spi(FormatAuthoring) public var maximumEventBytes: Int? { nil }
 
-    public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {
+    @_spi(FormatAuthoring) public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {
         .standard(for: response)
     }
 }
@@ -80,7 +84,7 @@ extension BatchFormat {
 /// holds them, appended to the body without an intermediate `String`.
 ///
 /// Valid only inside the ``BatchFormat/append(_:to:)`` call that receives it.
-public struct BatchEvent {
+@_spi(FormatAuthoring) public struct BatchEvent {
     let row: EventRowView
 
     init(_ row: EventRowView) {

@@ -5,9 +5,14 @@ public enum DataStoreType: Sendable, Hashable {
     case file
     /// An in-memory SQLite database: queued events are lost when the process ends.
     case memory
-    /// Accepted for compatibility with code written for other SDKs. Spool keeps
-    /// no queue in `UserDefaults` (a property list rewritten on every event costs
-    /// time in proportion to the queue and is not crash-safe): it maps to
-    /// `.file` with the same name.
+    /// Accepted so that code written for other SDKs compiles, and deprecated
+    /// because it does not do what it says: Spool keeps no queue in
+    /// `UserDefaults` (a property list rewritten on every event costs time in
+    /// proportion to the queue and is not crash-safe). It means `.file`, with
+    /// the same name.
+    @available(
+        *, deprecated,
+        message: "Spool keeps no queue in user defaults: this is .file, the SQLite file dataStoreName names. Use .file."
+    )
     case userDefaults
 }

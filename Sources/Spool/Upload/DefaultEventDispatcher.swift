@@ -44,21 +44,30 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// The most events in one request (a format's own limit may lower it).
     public let batchSize: Int
     /// Where the queue is kept: a file (the default) or memory.
+    ///
+    /// Read by ``EngineConfiguration/uploading(to:dispatcher:in:)``, which
+    /// turns it and ``dataStoreName`` into the configuration's `database`. A
+    /// configuration that sets `database` itself keeps that location; if
+    /// these ask for another one (not their default), `start()` throws
+    /// ``SpoolError/invalidConfiguration(_:)`` rather than ignore them.
     public let backingStore: DataStoreType
-    /// The database file's name, without `.sqlite`.
+    /// The database file's name, without `.sqlite`. Read as
+    /// ``backingStore`` is.
     public let dataStoreName: String
     /// Seconds between timer-driven uploads; 0 uploads as soon as events
     /// are committed.
     public let timerInterval: TimeInterval
     /// The most events kept for upload; past it the oldest give way, counted
-    /// in ``UploadStatistics/dropped``.
+    /// in ``UploadStatistics/dropped``. While the engine uploads (its
+    /// configuration has a `collectorURL`), this is the log's retention
+    /// bound, in place of ``EngineConfiguration/maximumRetainedEvents``.
     public let maxQueueSize: Int
     /// Seconds before a request with no answer counts as failed.
-    public let requestTimeout: TimeInterval
+    let requestTimeout: TimeInterval
     /// How batches are written and what the collector's answers mean.
-    public var format: any BatchFormat { client.format }
+    var format: any BatchFormat { client.format }
     /// Headers, credentials, compression and networks for every request.
-    public var requestOptions: UploadRequestOptions { client.options }
+    var requestOptions: UploadRequestOptions { client.options }
 
     let client: UploadClient
     private let transport: any UploadTransport
@@ -69,9 +78,11 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// - Parameters:
     ///   - batchSize: the most events in one request; 0 or less uses
     ///     ``defaultBatchSize``.
-    ///   - backingStore: where the queue is kept (``DataStoreType``).
+    ///   - backingStore: where the queue is kept (``DataStoreType``), through
+    ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``; see
+    ///     ``backingStore`` for a configuration that sets its own `database`.
     ///   - dataStoreName: the database file's name, without `.sqlite`; empty
-    ///     uses ``defaultDataStoreName``.
+    ///     uses ``defaultDataStoreName``. Read as `backingStore` is.
     ///   - timerInterval: seconds between timer-driven uploads; 0 uploads as
     ///     soon as events are committed; negative uses the default.
     ///   - maxQueueSize: the most events kept for upload; below 100 uses the
@@ -141,10 +152,11 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     }
 
     /// The database this dispatcher's queue lives in, for a given directory.
-    public func databaseLocation(in directory: URL) -> DatabaseLocation {
+    func databaseLocation(in directory: URL) -> DatabaseLocation {
         switch backingStore {
-        case .file, .userDefaults: return .file(directory.appendingPathComponent(dataStoreName + ".sqlite"))
         case .memory: return .inMemory
+        // `.file`, and the deprecated `.userDefaults`, which means it.
+        default: return .file(directory.appendingPathComponent(dataStoreName + ".sqlite"))
         }
     }
 

@@ -56,15 +56,15 @@ public struct KafkaRESTBatchFormat: BatchFormat {
         self.key = key
     }
 
-    public var contentType: String { "application/vnd.kafka.json.v2+json" }
-    public var headers: [String: String] { ["Accept": "application/vnd.kafka.v2+json"] }
-    public var compressesByDefault: Bool { false }
+    @_spi(FormatAuthoring) public var contentType: String { "application/vnd.kafka.json.v2+json" }
+    @_spi(FormatAuthoring) public var headers: [String: String] { ["Accept": "application/vnd.kafka.v2+json"] }
+    @_spi(FormatAuthoring) public var compressesByDefault: Bool { false }
 
-    public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"records":["#.utf8)
     }
 
-    public func append(_ event: BatchEvent, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"key":"#.utf8)
         switch key {
         case .user:
@@ -77,11 +77,11 @@ public struct KafkaRESTBatchFormat: BatchFormat {
         body.append(UInt8(ascii: "}"))
     }
 
-    public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: "]}".utf8)
     }
 
-    public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {
+    @_spi(FormatAuthoring) public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {
         let status = response.status
         let envelope = Self.object(response.body)
         if (200..<300).contains(status) {

@@ -41,14 +41,14 @@ import Foundation
 /// for `Retry-After`; 5xx and 408 retry; 401, 403, 404 (a wrong or disabled
 /// write key, a disabled source) and other 4xx are refusals of the request:
 /// the events are kept and uploading is held back until the collector takes
-/// them (``UploadVerdict/standard(for:)``).
+/// them (Spool's standard verdict).
 public struct SegmentBatchFormat: BatchFormat {
     /// Segment's limit per request: 500 KB.
-    public static let maximumRequestBytes = 500_000
+    @_spi(FormatAuthoring) public static let maximumRequestBytes = 500_000
     /// Segment's limit per event: 32 KB.
-    public static let maximumMessageBytes = 32_000
+    @_spi(FormatAuthoring) public static let maximumMessageBytes = 32_000
     /// Segment's limit per batch: 2,500 events.
-    public static let maximumBatchEvents = 2_500
+    @_spi(FormatAuthoring) public static let maximumBatchEvents = 2_500
 
     /// The source's write key: the user name of the Basic `Authorization`
     /// header, and `writeKey` in the body.
@@ -113,16 +113,16 @@ public struct SegmentBatchFormat: BatchFormat {
         authorization = "Basic " + Data((writeKey + ":").utf8).base64EncodedString()
     }
 
-    public var headers: [String: String] { ["Authorization": authorization] }
-    public var maximumBodyBytes: Int { Self.maximumRequestBytes }
-    public var maximumEventsPerRequest: Int? { Self.maximumBatchEvents }
-    public var maximumEventBytes: Int? { Self.maximumMessageBytes }
+    @_spi(FormatAuthoring) public var headers: [String: String] { ["Authorization": authorization] }
+    @_spi(FormatAuthoring) public var maximumBodyBytes: Int { Self.maximumRequestBytes }
+    @_spi(FormatAuthoring) public var maximumEventsPerRequest: Int? { Self.maximumBatchEvents }
+    @_spi(FormatAuthoring) public var maximumEventBytes: Int? { Self.maximumMessageBytes }
 
-    public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"batch":["#.utf8)
     }
 
-    public func append(_ event: BatchEvent, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"type":"#.utf8)
         event.appendType(to: &body)
         switch event.type {
@@ -175,7 +175,7 @@ public struct SegmentBatchFormat: BatchFormat {
         body.append(contentsOf: "}}".utf8)
     }
 
-    public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: #"],"sentAt":"#.utf8)
         BatchEvent.appendTimestamp(sentAt, to: &body)
         body.append(contentsOf: closing)

@@ -19,26 +19,26 @@ import Foundation
 /// (``EventContext``), and `target` a group's id or an alias's previous id;
 /// each is left out when the event has none. Sent as
 /// `application/json`, gzipped unless the dispatcher says otherwise; answers
-/// are read with ``UploadVerdict/standard(for:)``.
+/// are read with Spool's standard verdict (the table in <doc:Uploading>).
 public struct SpoolBatchFormat: BatchFormat {
     /// No body is larger, before compression: the collector's documented
     /// limit, and what the collector parses.
-    public static let maximumBodyBytes = 3_500_000
+    @_spi(FormatAuthoring) public static let maximumBodyBytes = 3_500_000
 
     /// Spool's format; it has no settings.
     public init() {}
 
-    public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"sentAt":"#.utf8)
         BatchEvent.appendTimestamp(sentAt, to: &body)
         body.append(contentsOf: #","events":["#.utf8)
     }
 
-    public func append(_ event: BatchEvent, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
         Self.appendObject(event, to: &body)
     }
 
-    public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: "]}".utf8)
     }
 

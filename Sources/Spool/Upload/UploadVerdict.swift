@@ -2,7 +2,7 @@ import Foundation
 
 /// What a collector's answer means for the events of one request: what
 /// ``BatchFormat/verdict(for:eventCount:)`` returns and the uploader acts on.
-public enum UploadVerdict: Sendable, Hashable {
+@_spi(FormatAuthoring) public enum UploadVerdict: Sendable, Hashable {
     /// The collector took every event: Spool moves past them and deletes
     /// what every consumer has finished.
     case accepted

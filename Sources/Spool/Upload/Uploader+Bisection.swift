@@ -249,7 +249,7 @@ extension Uploader {
         let (found, heldBy) = try log.database.onQueue { connection in
             try connection.transaction { () -> (UploadBatch.Read?, ConsumerLease?) in
                 if let lease = try connection.acquireLease(
-                    consumer, owner: owner, now: Date().timeIntervalSince1970, duration: duration)
+                    consumer, owner: owner, now: now, duration: duration)
                 {
                     return (nil, lease)
                 }

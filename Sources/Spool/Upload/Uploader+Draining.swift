@@ -20,7 +20,7 @@ extension Uploader {
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
-            if !force, let retryAt, retryAt > Date() { break }  // the retry task comes back
+            if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
             let step = try saveAndRead(uploaded)
             uploaded = nil
             switch step {
@@ -84,7 +84,7 @@ extension Uploader {
                     try connection.releaseLease(consumer, owner: owner)
                     return (.empty, position, head, passed)
                 }
-                let now = Date().timeIntervalSince1970
+                let now = self.now
                 if let lease = try connection.acquireLease(
                     consumer, owner: owner, now: now, duration: settings.leaseDuration)
                 {

@@ -32,35 +32,34 @@ extension Uploader {
 
     /// Another process holds the lease: try again once it expires.
     func retryWhenFree(_ lease: ConsumerLease) {
-        let delay = max(1, min(settings.leaseDuration, lease.expires - Date().timeIntervalSince1970))
+        let delay = max(1, min(settings.leaseDuration, lease.expires - now))
         scheduleRetry(after: delay, keepBackoff: true)
     }
 
     func scheduleRetry(after delay: TimeInterval, keepBackoff: Bool = false) {
-        if !keepBackoff { retryAt = Date().addingTimeInterval(delay) }
-        retryTask?.cancel()
-        // A task, not structured work: the retry outlives the flush that
-        // failed, and is cancelled by the next one or by stop().
-        retryTask = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: Self.nanoseconds(delay))  // try?: cancelled means no retry
-            guard !Task.isCancelled else { return }
-            await self?.retryDue()
+        if !keepBackoff { retryAt = now + delay }
+        retryGeneration += 1
+        let generation = retryGeneration
+        // A dispatch timer on the database queue, in the database's clock:
+        // it keeps time however busy the concurrency pool is, and a test can
+        // drive it. While suspended it starts nothing and asks for no
+        // background window: the backoff is then over, and resuming
+        // triggers a flush.
+        log.database.timer(after: delay) { [weak self] firing in
+            guard let self, case .awake = firing, self.signals.withLock({ $0.pending }) > 0 else { return }
+            self.enter { $0.retryDue(generation: generation) }
         }
     }
 
-    func retryDue() {
+    func retryDue(generation: Int) {
+        guard generation == retryGeneration else { return }  // replaced or cancelled
         retryAt = nil
         if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
-    /// `seconds` as whole nanoseconds for `Task.sleep`, saturating instead of
-    /// trapping on a huge or non-finite interval. The cap is `Int64.max`:
-    /// older concurrency runtimes end a longer sleep at once.
-    static func nanoseconds(_ seconds: TimeInterval) -> UInt64 {
-        let nanoseconds = seconds * 1e9
-        guard nanoseconds > 0 else { return 0 }  // also NaN
-        return nanoseconds < 9.2e18 ? UInt64(nanoseconds) : UInt64(Int64.max)
-    }
+    /// Now, in seconds of the database's clock (``SpoolClock``): what the
+    /// backoff, leases and batch records are measured in.
+    nonisolated var now: Double { log.database.clock.now }
 
     // MARK: - Statistics
 
@@ -85,7 +84,7 @@ extension Uploader {
             droppedOverBytes: overBytes, droppedOverAge: overAge, deadLettered: deadLettered,
             deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
             failedRequests: counters.failedRequests, lastFailure: lastFailure,
-            nextRetryIn: retryAt.map { max(0, $0.timeIntervalSinceNow) }, heldBack: heldBack, compresses: compresses,
+            nextRetryIn: retryAt.flatMap { $0 > now ? $0 - now : nil }, heldBack: heldBack, compresses: compresses,
             waitingForNetwork: !networkAvailable)
     }
 }

@@ -137,7 +137,7 @@ extension Uploader {
     /// this URL from now on, in later launches too.
     private func learnGzipRefused(status: Int) throws {
         compresses = false
-        let (url, now) = (settings.url.absoluteString, Date().timeIntervalSince1970)
+        let (url, now) = (settings.url.absoluteString, now)
         try log.database.onQueue { try $0.markCollectorRefusesGzip(url, at: now) }
         diagnostics.report(
             .compressionTurnedOff,
@@ -150,7 +150,7 @@ extension Uploader {
     /// ignored: the lease must outlive every request).
     func exchange(_ batch: UploadBatch, compress: Bool) async -> Exchange {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
-        let sentAt = Date()
+        let sentAt = now
         let answer = await withCheckedContinuation { continuation in
             let once = Protected(false)
             let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
@@ -197,7 +197,9 @@ extension Uploader {
                     finish(.failed("abandoned: the app was about to be suspended"))
                 }
             }
-            log.database.asyncAfter(timeout) { _ in
+            // A dispatch timer: it touches no database state, so it fires
+            // while suspended without asking for a background window.
+            log.database.timer(after: timeout) { _ in
                 cancel()
                 finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
             }
@@ -205,8 +207,9 @@ extension Uploader {
         inFlightAbandon.withLock { $0 = nil }
         let compressed: Bool
         if case .response(_, let gzipped) = answer { compressed = gzipped } else { compressed = compress }
-        let duration = max(0, Date().timeIntervalSince(sentAt))
-        return Exchange(answer: answer, compressed: compressed, duration: duration, sentAt: sentAt)
+        let duration = max(0, now - sentAt)
+        return Exchange(
+            answer: answer, compressed: compressed, duration: duration, sentAt: Date(timeIntervalSince1970: sentAt))
     }
 
     /// Whether a 415 names gzip as a coding the collector accepts (then the

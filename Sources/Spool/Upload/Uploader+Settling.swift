@@ -65,7 +65,8 @@ extension Uploader {
                 let byReason = Dictionary(grouping: letters) { rejected[$0.seq].map { "\($0.status ?? 0) \($0.reason)" } ?? "" }
                 for group in byReason.values {
                     guard let refusal = group.first.flatMap({ rejected[$0.seq] }) else { continue }
-                    try connection.deadLetter(group, status: refusal.status, reason: refusal.reason, consumer: consumer)
+                    try connection.deadLetter(
+                        group, status: refusal.status, reason: refusal.reason, consumer: consumer, now: now)
                 }
                 if !letters.isEmpty { try self.enforce(limits, connection) }
                 try connection.advanceConsumerInTransaction(consumer, to: through)
@@ -88,7 +89,7 @@ extension Uploader {
     nonisolated func enforce(_ limits: DeadLetterLimits, _ connection: Connection) throws {
         let evicted = try connection.enforceDeadLetterLimits(
             maximumCount: limits.maximumCount,
-            failedBefore: limits.maximumAge.map { Date().timeIntervalSince1970 - $0 })
+            failedBefore: limits.maximumAge.map { now - $0 })
         if evicted > 0 {
             diagnostics.report(
                 .deadLettersEvicted, eventCount: evicted,

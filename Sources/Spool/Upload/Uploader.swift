@@ -67,12 +67,18 @@ actor Uploader {
     private var rerun = false
     private var rerunForced = false
     private var waiting: [CheckedContinuation<Void, any Error>] = []
-    /// `stop()` callers waiting for the pass in flight to end.
-    private var stopped: [CheckedContinuation<Void, Never>] = []
+    /// `stop()` and `pause()` callers waiting for the pass in flight to end
+    /// (each resumes its caller at most once).
+    private var stopped: [@Sendable () -> Void] = []
     var failures = 0
-    var retryAt: Date?
-    var retryTask: Task<Void, Never>?
-    private var timerTask: Task<Void, Never>?
+    /// When the backoff ends, in seconds of the database's clock.
+    var retryAt: Double?
+    /// Which scheduled retry is the live one: a timer that fires for an
+    /// older one (replaced, or cancelled by ``stop(patience:)`` or a network
+    /// path's return) does nothing.
+    var retryGeneration = 0
+    /// Set by ``stop(patience:)``: the periodic timer stops re-arming.
+    private nonisolated let timerStopped = Protected(false)
     var random = FastRandom()
     var closed = false
     /// Holds from ``pause()``: while above zero no pass starts.
@@ -160,21 +166,8 @@ actor Uploader {
             signals.head = head
             return signals.pending
         }
-        if settings.timerInterval > 0 {
-            let interval = settings.timerInterval
-            // A task, not structured work: the timer lives as long as the
-            // uploader, and Task.sleep is the portable timer without a run loop.
-            timerTask = Task { [weak self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(nanoseconds: Self.nanoseconds(interval))  // try?: cancelled means stop
-                    guard !Task.isCancelled else { return }
-                    await self?.timerFired()
-                }
-            }
-        }
-        // A task per path change (rare): the one way from the monitor's
-        // queue onto the actor.
-        networkPath?.start { [weak self] available in Task { await self?.networkChanged(available: available) } }
+        if settings.timerInterval > 0 { armTimer(settings.timerInterval) }
+        networkPath?.start { [weak self] available in self?.enter { $0.networkChanged(available: available) } }
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
     }
 
@@ -186,7 +179,7 @@ actor Uploader {
         networkAvailable = available
         guard available else { return }
         retryAt = nil
-        retryTask?.cancel()
+        retryGeneration += 1
         if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
@@ -199,17 +192,26 @@ actor Uploader {
     func stop(patience: TimeInterval = 5) async {
         closed = true
         networkPath?.cancel()
-        timerTask?.cancel()
-        retryTask?.cancel()
+        timerStopped.withLock { $0 = true }
+        retryGeneration += 1
         for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
         waiting.removeAll()
         if running {
             await withCheckedContinuation { continuation in
-                stopped.append(continuation)
-                log.database.asyncAfter(patience) { [weak self] _ in
-                    // A task: the one way from the timer's queue block onto the actor.
-                    Task { await self?.abandonInFlight() }
+                // Resumed by the pass's end or by the patience timer,
+                // whichever comes first.
+                let once = Protected(false)
+                let resume: @Sendable () -> Void = {
+                    let first = once.withLock { done in
+                        defer { done = true }
+                        return !done
+                    }
+                    if first { continuation.resume() }
                 }
+                stopped.append(resume)
+                // A dispatch timer: it touches no database state, so it
+                // fires while suspended without asking for a background window.
+                log.database.timer(after: patience) { _ in resume() }
             }
         }
     }
@@ -226,9 +228,23 @@ actor Uploader {
             signals.flushRequested = true
             return true
         }
-        // A task only when a flush is due, not per commit: the one way from
-        // the writer's synchronous handler onto the actor.
-        if due { Task { await self.trigger(force: false) } }
+        // Only when a flush is due, not per commit.
+        if due { enter { $0.trigger(force: false) } }
+    }
+
+    /// The periodic flush: every `interval` seconds of the database's clock
+    /// while events are pending. A dispatch timer on the database queue, so
+    /// it keeps time however busy the concurrency pool is; it reads only
+    /// `signals`, so it fires while suspended without asking for a
+    /// background window (and starts nothing then), and it hops onto the
+    /// actor only when events are pending.
+    private nonisolated func armTimer(_ interval: TimeInterval) {
+        log.database.timer(after: interval) { [weak self] firing in
+            guard let self, !self.timerStopped.withLock({ $0 }) else { return }
+            if case .closed = firing { return }
+            if case .awake = firing, self.signals.withLock({ $0.pending }) > 0 { self.enter { $0.timerFired() } }
+            self.armTimer(interval)
+        }
     }
 
     private func timerFired() {
@@ -242,10 +258,17 @@ actor Uploader {
     }
 
     /// ``requestFlush()`` for synchronous callers (lifecycle notifications,
-    /// the dispatcher's `flushEvents()`). The task is the one way from a
-    /// non-async context onto the actor; it only enqueues the request.
+    /// the dispatcher's `flushEvents()`).
     nonisolated func requestFlushFromAnyThread() {
-        Task { await self.requestFlush() }
+        enter { $0.requestFlush() }
+    }
+
+    /// Runs `body` on the actor, for synchronous code: the commit handler, a
+    /// timer's block on the database queue, a notification, the network
+    /// path's monitor. `body` only flips state or starts a pass.
+    nonisolated func enter(_ body: @escaping @Sendable (isolated Uploader) -> Void) {
+        // Unstructured: the one way from synchronous code onto the actor; nothing waits for it.
+        Task { await body(self) }
     }
 
     /// Uploads everything pending now, ignoring any backoff wait.
@@ -304,7 +327,7 @@ actor Uploader {
     private func resumeStopped() {
         let stopped = self.stopped
         self.stopped.removeAll()
-        for continuation in stopped { continuation.resume() }
+        for resume in stopped { resume() }
     }
 
     /// Waits for the pass in flight (its request answered, its position
@@ -313,7 +336,7 @@ actor Uploader {
     func pause() async {
         pauses += 1
         guard running else { return }
-        await withCheckedContinuation { stopped.append($0) }
+        await withCheckedContinuation { continuation in stopped.append { continuation.resume() } }
     }
 
     /// Ends one ``pause()`` and starts what was requested meanwhile.
@@ -350,10 +373,4 @@ actor Uploader {
     nonisolated func abandonInFlightFromAnyThread() {
         inFlightAbandon.withLock { $0 }?()
     }
-
-    /// `stop()` waited long enough for the request in flight.
-    private func abandonInFlight() {
-        resumeStopped()
-    }
-
 }

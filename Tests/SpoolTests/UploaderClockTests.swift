@@ -1,0 +1,78 @@
+import Foundation
+import Testing
+@testable import Spool
+@testable import SpoolStorage
+
+/// The uploader's timers — the retry after a failure, the periodic flush —
+/// run on the database's clock, so these tests move time instead of
+/// sleeping (D1, D3).
+@Suite("Uploader timers on the clock", .needsChildProcesses)
+struct UploaderClockTests {
+    @Test("D1: the backoff is measured on the clock, and the retry comes when the clock reaches it")
+    func backoffFollowsTheClock() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        collector.stop()
+        let clock = ManualClock()
+        var configuration = uploadingConfiguration(
+            directory, collector: collector, batchSize: 5, timerInterval: 0,
+            retry: RetryPolicy(initialDelay: 600, jitter: 1...1))
+        configuration.clock = clock
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        let ids = try recordEvents(engine, 7)
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        // Automatic triggers wait for the backoff: exactly 600 s of this clock.
+        #expect(try await engine.uploadStatistics().nextRetryIn == 600)
+        try await collector.restart()
+        clock.advance(by: 599)
+        #expect(try await engine.uploadStatistics().nextRetryIn == 1)
+        clock.advance(by: 1)
+        #expect(
+            await collector.waitFor { Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids) },
+            "the retry did not come when the clock reached the backoff")
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().pending == 0 }))
+        #expect(try await engine.uploadStatistics().nextRetryIn == nil)
+        await engine.close()
+    }
+
+    @Test("D3: the periodic flush follows the clock; while suspended it starts nothing and asks for no window")
+    func periodicFlushFollowsTheClock() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let clock = ManualClock()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100, timerInterval: 300)
+        configuration.clock = clock
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        let database = try #require(engine.databaseQueue)
+        func delivered(_ ids: [String]) async -> Bool {
+            await collector.waitFor { Set($0.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids) }
+        }
+        let first = try recordEvents(engine, 3)
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().pending >= 3 }))
+        clock.advance(by: 300)
+        #expect(await delivered(first), "the timer did not flush when the clock reached its interval")
+        // Giving space back after the drain is a database timer of its own
+        // (it does ask for a window): let it run first.
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().pending == 0 }))
+        let beforeShrink = clock.timersRun
+        clock.advance(by: 10)
+        #expect(try await waitUntil { clock.timersRun > beforeShrink })
+
+        let second = try recordEvents(engine, 2, prefix: "f")
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().pending == 2 }))
+        let windows = Protected(0)
+        database.onDeferredWork.withLock { $0 = { windows.withLock { $0 += 1 } } }
+        await database.suspend()
+        let ran = clock.timersRun
+        clock.advance(by: 290)
+        #expect(try await waitUntil { clock.timersRun > ran })
+        #expect(windows.withLock { $0 } == 0, "the periodic timer asked for a background window")
+        database.resume()
+        #expect(try await engine.uploadStatistics().pending == 2, "a suspended timer started a flush")
+        clock.advance(by: 300)
+        #expect(await delivered(second), "the timer stopped after a suspended firing")
+        await engine.close()
+    }
+}
