@@ -150,10 +150,9 @@ struct CollectorBoundaryTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["path_status": ["/collect": status]])
         let held = Protected(0)
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20)
-        configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
         // A clock that stands still: no automatic retry joins the requests counted below.
-        configuration.clock = ManualClock()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20, clock: ManualClock())
+        configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 6)
