@@ -136,13 +136,14 @@ struct CollectorBoundaryAdversaryTests {
         try await collector.control(["mode": "status", "status": 400])
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, retry: Self.slowRetry)
         try await engine.start()
-        // The start's own pass (a full batch is due) ends held back.
-        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().heldBack != nil }))
+        // The start's own pass (a full batch is due) ends held back, after
+        // about 20 requests (a while under the thread sanitizer).
+        #expect(try await waitUntil(timeout: 60, asking: { try await engine.uploadStatistics().heldBack != nil }))
         // The collector logs a request after answering it: count once its
         // log has every request the engine made.
         func logged() async throws -> Int {
             let made = try await engine.uploadStatistics().requests
-            #expect(try await waitUntil { collector.requests().count >= made })
+            #expect(try await waitUntil(timeout: 30) { collector.requests().count >= made })
             return collector.requests().count
         }
         let before = try await logged()

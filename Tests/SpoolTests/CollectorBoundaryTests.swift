@@ -150,14 +150,9 @@ struct CollectorBoundaryTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["path_status": ["/collect": status]])
         let held = Protected(0)
-        // No automatic retry within the test: the requests counted below are
-        // the flush's own.
-        var configuration = uploadingConfiguration(
-            directory, collector: collector, batchSize: 20,
-            retry: RetryPolicy(initialDelay: 600, maximumDelay: 600, multiplier: 1, jitter: 1...1))
-        configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
         // A clock that stands still: no automatic retry joins the requests counted below.
-        configuration.clock = ManualClock()
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 20, clock: ManualClock())
+        configuration.diagnosticHandler = { if $0.kind == .uploadHeldBack { held.withLock { $0 += 1 } } }
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 6)

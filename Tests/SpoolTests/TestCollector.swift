@@ -235,13 +235,13 @@ func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
     maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
-    path: String = "/collect"
+    path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EventEngine {
     EventEngine(
         configuration: uploadingConfiguration(
             directory, collector: collector, batchSize: batchSize, timerInterval: timerInterval,
             maxQueueSize: maxQueueSize, requestTimeout: requestTimeout, retry: retry, format: format, request: request,
-            path: path))
+            path: path, clock: clock))
 }
 
 /// The configuration ``uploadingEngine`` starts from, to change before use.
@@ -249,7 +249,7 @@ func uploadingConfiguration(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
     maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
-    path: String = "/collect"
+    path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EngineConfiguration {
     let dispatcher = DefaultEventDispatcher(
         batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout,
@@ -257,6 +257,7 @@ func uploadingConfiguration(
     let url = URL(string: "http://127.0.0.1:\(collector.port)\(path)")!
     var configuration = EngineConfiguration.uploading(to: url, dispatcher: dispatcher, in: directory.url)
     configuration.retryPolicy = retry
+    if let clock { configuration.clock = clock }  // a ManualClock: the test moves time
     return configuration
 }
 

@@ -59,9 +59,7 @@ struct UploadFaultTests {
             let collector = try await TestCollector(directory)
             try await collector.control(["mode": "status", "status": status, "retry_after": "7", "times": 1])
             let clock = ManualClock()
-            var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 3, timerInterval: 60)
-            configuration.clock = clock
-            let engine = EventEngine(configuration: configuration)
+            let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60, clock: clock)
             try await engine.start()
             let ids = try recordEvents(engine, 2)
             try await engine.settle()
@@ -189,9 +187,7 @@ struct UploadFaultTests {
         let collector = try await TestCollector(directory)
         collector.stop()
         let clock = ManualClock()
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
-        configuration.clock = clock
-        let engine = EventEngine(configuration: configuration)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2, clock: clock)
         try await engine.start()
         let ids = try recordEvents(engine, 30)
         await #expect(throws: UploadError.self) { try await engine.flush() }

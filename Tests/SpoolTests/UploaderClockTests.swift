@@ -14,11 +14,9 @@ struct UploaderClockTests {
         let collector = try await TestCollector(directory)
         collector.stop()
         let clock = ManualClock()
-        var configuration = uploadingConfiguration(
+        let engine = uploadingEngine(
             directory, collector: collector, batchSize: 5, timerInterval: 0,
-            retry: RetryPolicy(initialDelay: 600, jitter: 1...1))
-        configuration.clock = clock
-        let engine = EventEngine(configuration: configuration)
+            retry: RetryPolicy(initialDelay: 600, jitter: 1...1), clock: clock)
         try await engine.start()
         let ids = try recordEvents(engine, 7)
         await #expect(throws: UploadError.self) { try await engine.flush() }
@@ -41,9 +39,7 @@ struct UploaderClockTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         let clock = ManualClock()
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100, timerInterval: 300)
-        configuration.clock = clock
-        let engine = EventEngine(configuration: configuration)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 300, clock: clock)
         try await engine.start()
         let database = try #require(engine.databaseQueue)
         func delivered(_ ids: [String]) async -> Bool {
