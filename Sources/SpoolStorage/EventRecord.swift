@@ -58,21 +58,28 @@ package struct EventRecord: Sendable {
     package var priority: Bool
     /// Also add the event to the user's event history (survey rules).
     package var addsToHistory: Bool
+    /// The identity and context in force when the event was accepted: one
+    /// reference, shared by every event until either changes.
+    package var stamps: RecordStamps?
+    /// A message other than a `track`: its type and target; nil for a
+    /// `track`, so a buffered `track` carries one reference, not two strings.
+    private var message: MessageFields?
+
     /// The message type (``track`` and the others of `events.type`).
-    package var type: String
+    package var type: String { message?.type ?? Self.track }
     /// A group's id, or an alias's previous id.
-    package var target: String?
+    package var target: String? { message?.target }
     /// The identity in force when the event was accepted.
-    package var identity: IdentityStamp?
+    package var identity: IdentityStamp? { stamps?.identity }
     /// The context in force when the event was accepted.
-    package var context: ContextStamp?
+    package var context: ContextStamp? { stamps?.context }
 
     package static let track = "track"
 
     package init(
         name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
         priority: Bool = false, addsToHistory: Bool = false, type: String = EventRecord.track, target: String? = nil,
-        identity: IdentityStamp? = nil, context: ContextStamp? = nil
+        stamps: RecordStamps? = nil
     ) {
         self.name = name
         self.parametersJSON = parametersJSON
@@ -80,10 +87,8 @@ package struct EventRecord: Sendable {
         self.sessionID = sessionID
         self.priority = priority
         self.addsToHistory = addsToHistory
-        self.type = type
-        self.target = target
-        self.identity = identity
-        self.context = context
+        self.stamps = stamps
+        if type != Self.track || target != nil { message = MessageFields(type: type, target: target) }
     }
 
     /// What the write buffer counts for this event: its name and encoded

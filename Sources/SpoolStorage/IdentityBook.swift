@@ -11,21 +11,31 @@ import Foundation
 /// unless this process changed the identity more recently itself.
 package final class IdentityBook: Sendable {
     private struct State {
-        var identity: IdentityStamp
-        var context: ContextStamp?
+        /// What events accepted now refer to; a new object when either part
+        /// changes.
+        var stamps: RecordStamps
         /// The newest `identities` row this process wrote or has seen.
         var newestKnown: Int64 = 0
+
+        var identity: IdentityStamp {
+            get { stamps.identity }
+            set { stamps = RecordStamps(identity: newValue, context: stamps.context) }
+        }
+        var context: ContextStamp? {
+            get { stamps.context }
+            set { stamps = RecordStamps(identity: stamps.identity, context: newValue) }
+        }
     }
 
     private let state: Protected<State>
 
     package init(at now: Double) {
-        state = Protected(State(identity: IdentityStamp(.file, at: now)))
+        state = Protected(State(stamps: RecordStamps(identity: IdentityStamp(.file, at: now), context: nil)))
     }
 
     /// What an event accepted now is stamped with.
-    package var current: (identity: IdentityStamp, context: ContextStamp?) {
-        state.withLock { ($0.identity, $0.context) }
+    package var current: RecordStamps {
+        state.withLock { $0.stamps }
     }
 
     /// Makes a new identity current: `userID` and `traitsJSON` over the

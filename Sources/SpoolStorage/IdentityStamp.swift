@@ -131,6 +131,29 @@ package final class ContextStamp: Sendable {
     package var hasRow: Bool { rowID.withLock { $0 != nil } }
 }
 
+/// The identity and context in force, as one object every event accepted
+/// until either changes refers to.
+package final class RecordStamps: Sendable {
+    package let identity: IdentityStamp
+    package let context: ContextStamp?
+
+    package init(identity: IdentityStamp, context: ContextStamp?) {
+        self.identity = identity
+        self.context = context
+    }
+}
+
+/// The type and target of a message other than a `track`.
+final class MessageFields: Sendable {
+    let type: String
+    let target: String?
+
+    init(type: String, target: String?) {
+        self.type = type
+        self.target = target
+    }
+}
+
 // MARK: - Rows
 
 extension Connection {

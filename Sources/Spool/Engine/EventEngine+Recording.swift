@@ -142,11 +142,11 @@ extension EventEngine {
             throw SpoolError.invalidEvent(error)
         }
         let priority = configuration.priorityEventNames.contains(name)
-        let (identity, context) = identities.current
+        let stamps = identities.current
         var record = EventRecord(
             name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
-            type: message.type.rawValue, target: message.target, identity: identity, context: context)
+            type: message.type.rawValue, target: message.target, stamps: stamps)
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
         // buffer is full, wait for the writer outside the lock and try again.

@@ -22,13 +22,12 @@ extension EventEngine {
             if state.enabled && state.consent {
                 do {
                     // Under the engine's lock: never wait for room here.
-                    let (identity, context) = identities.current
                     try log.appendPastBound(
                         EventRecord(
                             name: Self.sessionStartEventName, parametersJSON: "{}",
                             recordedAt: configuration.clock.now,
-                            sessionID: sessionID, priority: true, addsToHistory: true, identity: identity,
-                            context: context))
+                            sessionID: sessionID, priority: true, addsToHistory: true,
+                            stamps: identities.current))
                 } catch {
                     sessionStartError = SpoolError.bridge(error)
                 }
