@@ -189,7 +189,7 @@ struct IdentityTests {
         try engine.record("in_v1")
         try engine.setContext(EventContext(app: ["version": "2.0"]))
         try engine.record("in_v2")
-        try engine.setContext(v1)  // the same as before: no new row
+        try engine.setContext(v1)  // v1 again: its row is reused
         try engine.record("in_v1_again")
         try await engine.flush()
         let items = try Self.segmentItems(collector)

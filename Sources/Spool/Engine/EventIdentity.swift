@@ -32,7 +32,8 @@ public struct SpoolIdentity: Sendable, Hashable {
     init(_ row: IdentityRow) {
         anonymousId = row.anonymousID
         userId = row.userID
-        // The traits were encoded by Spool: they read back.
+        // try?: Spool encoded the traits, so they read back; traits another
+        // program wrote unreadably read as none here and stay in the row.
         traits = (try? JSONReader.parseObject(row.traitsJSON)) ?? [:]
     }
 }
