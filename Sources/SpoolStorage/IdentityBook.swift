@@ -40,15 +40,11 @@ package final class IdentityBook: Sendable {
 
     /// Makes a new identity current: `userID` and `traitsJSON` over the
     /// current anonymous id, or over `newAnonymousID` (a reset).
-    @discardableResult
-    package func change(userID: String?, traitsJSON: String, newAnonymousID: String? = nil, at now: Double)
-        -> IdentityStamp
-    {
+    package func change(userID: String?, traitsJSON: String, newAnonymousID: String? = nil, at now: Double) {
         state.withLock { state in
             state.identity = IdentityStamp(
                 .changed(base: state.identity, userID: userID, traitsJSON: traitsJSON, anonymousID: newAnonymousID),
                 at: now)
-            return state.identity
         }
     }
 

@@ -126,13 +126,9 @@ public struct SegmentBatchFormat: BatchFormat {
         body.append(contentsOf: #"{"type":"#.utf8)
         event.appendType(to: &body)
         switch event.type {
-        case .track:
-            body.append(contentsOf: #","event":"#.utf8)
-            event.appendName(to: &body)
-            body.append(contentsOf: #","properties":"#.utf8)
-            event.appendParameters(to: &body)
-        case .screen:
-            body.append(contentsOf: #","name":"#.utf8)
+        case .track, .screen:
+            // A track names its event, a screen the screen.
+            body.append(contentsOf: (event.type == .track ? #","event":"# : #","name":"#).utf8)
             event.appendName(to: &body)
             body.append(contentsOf: #","properties":"#.utf8)
             event.appendParameters(to: &body)
