@@ -237,8 +237,11 @@ case "--open":
 case "--suspension":
     guard arguments.count >= 5 else { exit(2) }
     let control = URL(fileURLWithPath: arguments[4])
+    // As long as the test waits for each line: the suite runs many
+    // processes side by side on two cores, and a background window is a
+    // task that waits for a thread like any other.
     func waitFor(_ suspended: Bool, _ engine: EventEngine) async throws {
-        try await poll(seconds: 10) { engine.isDatabaseSuspended == suspended }
+        try await poll(seconds: 30) { engine.isDatabaseSuspended == suspended }
     }
     func waitForFile(_ name: String) async throws {
         let path = control.appendingPathComponent(name).path
@@ -256,8 +259,9 @@ case "--suspension":
     try await waitForFile("checked1")
     _ = try await engine.recordDurably("background", parameters: ["id": "background"])
     emit("RECORDED")
+    let recorded = Date()
     try await waitFor(true, engine)
-    emit(engine.isDatabaseSuspended ? "SUSPENDED2" : "NOT SUSPENDED2")
+    emit(engine.isDatabaseSuspended ? "SUSPENDED2" : "NOT SUSPENDED2 after \(Date().timeIntervalSince(recorded)) s")
     try await waitForFile("checked2")
     SpoolBackgroundNotifier.applicationDidBecomeActive()
     try await waitFor(false, engine)

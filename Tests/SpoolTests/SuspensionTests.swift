@@ -111,8 +111,11 @@ struct SuspensionTests {
             [path, "suspension", "--suspension", directory.url.path], in: directory, name: "suspension")
         func output() -> String { (try? String(contentsOf: child.output, encoding: .utf8)) ?? "" }
         func waitForLine(_ line: String) async throws {
-            try await waitUntil(timeout: 30, interval: 0.01) {
-                output().split(separator: "\n").contains(Substring(line))
+            // Longer than the child waits for each state, so that its own
+            // verdict ("NOT …" with the time it waited) is what a failure shows.
+            try await waitUntil(timeout: 60, interval: 0.01) {
+                let lines = output().split(separator: "\n")
+                return lines.contains(Substring(line)) || lines.contains { $0.hasPrefix("NOT ") }
             }
             try #require(output().split(separator: "\n").contains(Substring(line)), "\(output().suffix(300))")
         }
