@@ -301,12 +301,21 @@ extension Connection {
             try statement.step()
             return lastInsertRowID
         }
+        // The rows to delete are the oldest ones (both bounds grow with
+        // `id`): find the first row to keep by scanning from the oldest,
+        // which reads the rows deleted now and one more — never the ids of
+        // the whole table (`event_ids` sits in overflow pages, before
+        // `events_before`). The newest row stays, whatever its size.
         let events = before + Int64(record.eventCount)
         try withStatement(
-            "DELETE FROM upload_batches WHERE id <= ? OR events_before + event_count <= ?"
+            """
+            DELETE FROM upload_batches WHERE id < max(?1, coalesce((SELECT id FROM upload_batches \
+            WHERE events_before >= ?2 ORDER BY id LIMIT 1), ?3))
+            """
         ) { statement in
-            try statement.bind(id - Self.uploadBatchesKept, at: 1)
+            try statement.bind(id - Self.uploadBatchesKept + 1, at: 1)
             try statement.bind(events - Self.uploadBatchEventsKept, at: 2)
+            try statement.bind(id, at: 3)
             try statement.step()
         }
     }

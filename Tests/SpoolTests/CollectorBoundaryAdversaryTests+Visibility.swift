@@ -86,6 +86,36 @@ extension CollectorBoundaryAdversaryTests {
         await engine.close()
     }
 
+    @Test(
+        "C6: upload_batches keeps the newest requests within both bounds, 1,000 rows and 20,000 events",
+        arguments: [(eventsPerRequest: 1, requests: 1_050), (eventsPerRequest: 1_500, requests: 30)])
+    func batchTableBounds(eventsPerRequest: Int, requests: Int) throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        let ids = "[" + Array(repeating: #""0123456789abcdef0123456789abcdef""#, count: eventsPerRequest)
+            .joined(separator: ",") + "]"
+        let kept = try database.sync { connection -> [Int64] in
+            for request in 1...requests {
+                let first = Int64((request - 1) * eventsPerRequest + 1)
+                try connection.recordUploadBatch(
+                    UploadBatchRecord(
+                        sentAt: Double(request), firstSeq: first, lastSeq: first + Int64(eventsPerRequest) - 1,
+                        firstEventID: "a", lastEventID: "b", eventCount: eventsPerRequest, eventIDs: ids,
+                        status: 200, outcome: "accepted", detail: nil, compressed: false, bodyBytes: 1,
+                        durationMilliseconds: 1))
+            }
+            return try connection.withStatement("SELECT CAST(sent_at AS INTEGER) FROM upload_batches ORDER BY id") {
+                statement in
+                var rows: [Int64] = []
+                while try statement.step() { rows.append(statement.int64(at: 0)) }
+                return rows
+            }
+        }
+        let rows = min(
+            Int(Connection.uploadBatchesKept), Int(Connection.uploadBatchEventsKept) / eventsPerRequest)
+        #expect(kept == Array(Int64(requests - rows + 1)...Int64(requests)))
+    }
+
     /// The `upload_batches` ids (in row order) whose range the documented
     /// query puts `id` in.
     static func rowsFound(for id: String, _ engine: EventEngine) async throws -> [Int64] {
