@@ -6,9 +6,10 @@ import Foundation
 ///
 /// With a target, a comparison takes more rounds while its interval of the
 /// median (`Samples.medianInterval`) is wider than `spreadLimitPercent` and
-/// reaches below the target: for at most `extraTime` times what its first
-/// rounds took (twice; half with `--quick`), up to four times as many
-/// rounds, and only before `Comparison.deadline`.
+/// reaches below the target (on a quiet machine: straddles it): for at
+/// most `extraTime` times what its first rounds took (twice; half with
+/// `--quick`), up to four times as many rounds, and only before
+/// `Comparison.deadline`.
 struct Comparison {
     var spool: [Double] = []
     var baseline: [Double] = []
@@ -38,7 +39,8 @@ struct Comparison {
         for _ in 0..<rounds { try await round() }
         let first = now() - start
         if let target {
-            while comparison.needsMoreRounds(target), comparison.ratios.count < rounds * 4,
+            while comparison.needsMoreRounds(target, othersShare: window.othersShare()),
+                comparison.ratios.count < rounds * 4,
                 Double(now() - start) < Double(first) * (1 + extraTime), now() < deadline
             {
                 try await round()
@@ -48,10 +50,15 @@ struct Comparison {
         return comparison
     }
 
-    /// The interval of the median ratio is wide and reaches below `target`.
-    func needsMoreRounds(_ target: Double) -> Bool {
+    /// The interval of the median ratio is wide and reaches below `target`;
+    /// on a quiet machine (others took less than `noisyShare` of the CPU so
+    /// far), only while it straddles `target`: an interval wholly below it
+    /// is a failure however wide (see `Row.computedVerdict`).
+    func needsMoreRounds(_ target: Double, othersShare: Double?) -> Bool {
         let samples = Samples(values: ratios)
-        return samples.intervalPercent > spreadLimitPercent && samples.medianInterval.low < target
+        let interval = samples.medianInterval
+        guard samples.intervalPercent > spreadLimitPercent, interval.low < target else { return false }
+        return (othersShare ?? 0) >= noisyShare || interval.high >= target
     }
 }
 

@@ -19,11 +19,14 @@ struct FootprintBenchmarks {
     var count: Int { quick ? 200_000 : 1_000_000 }
     var label: String { quick ? "200k" : "1M" }
 
-    func run() throws {
+    /// Returns a copy of the backlog it built, as it was before the erase
+    /// and the drain: the open-check measures its start.
+    func run() throws -> Scratch {
         let scratch = Scratch("footprint")
         let database = scratch.database.path
         let copy = scratch.url.appendingPathComponent("copy.sqlite").path
         _ = try report.runIsolatedValues("footprint-build", ["--database", database, "--count", "\(count)"])
+        let pristine = try Scratch(copying: scratch, "open-check")
         var starts: [Double] = []
         for _ in 0..<3 {
             starts.append(try report.runIsolatedValues("footprint-start", ["--database", database])["start"] ?? .nan)
@@ -62,6 +65,7 @@ struct FootprintBenchmarks {
                 detail:
                     "\(formatNumber(drain["p99During"] ?? .nan)) µs vs \(formatNumber(drain["p99Before"] ?? .nan)) µs, at 5,000 calls/s",
                 target: 1.5, comparison: .atMost))
+        return pristine
     }
 
     // MARK: - Phases (each in a fresh process)

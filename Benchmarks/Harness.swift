@@ -180,6 +180,15 @@ final class Scratch {
         try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 
+    /// A new directory holding a copy of every file in `template`'s.
+    convenience init(copying template: Scratch, _ name: String) throws {
+        self.init(name)
+        for file in try FileManager.default.contentsOfDirectory(atPath: template.url.path) {
+            try FileManager.default.copyItem(
+                at: template.url.appendingPathComponent(file), to: url.appendingPathComponent(file))
+        }
+    }
+
     var database: URL { url.appendingPathComponent("bench.sqlite") }
 
     deinit {

@@ -43,7 +43,7 @@ struct HistoryBenchmarks {
         ]
         for (index, (label, condition)) in cases.enumerated() {
             let samples = Samples(
-                values: try await measureEvaluation(condition, times: quick ? 2_000 : 10_000, in: engine)
+                values: try await measureEvaluation(condition, times: quick ? 500 : 10_000, in: engine)
                     .map {
                         Double($0) / 1_000
                     })
@@ -56,7 +56,7 @@ struct HistoryBenchmarks {
         // Through the public async API (one hop to the database queue and back).
         var api: [Double] = []
         let condition = cases[0].1
-        for _ in 0..<(quick ? 500 : 2_000) {
+        for _ in 0..<(quick ? 200 : 2_000) {
             let start = now()
             blackHole(try await engine.surveys.evaluate(condition))
             api.append(Double(now() - start) / 1_000)

@@ -69,7 +69,7 @@ struct ListenerBenchmarks {
     }
 
     func fanOut() async throws {
-        let count = quick ? 300_000 : 1_000_000
+        let count = quick ? 100_000 : 1_000_000
         let engine = EventEngine(configuration: EngineConfiguration())
         let listeners = (0..<3).map { _ in NoOpListener() }
         for listener in listeners { engine.events.addObserver(listener) }

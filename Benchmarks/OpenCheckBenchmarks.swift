@@ -17,10 +17,9 @@ struct OpenCheckBenchmarks {
     var count: Int { quick ? 200_000 : 1_000_000 }
     var label: String { quick ? "200k" : "1M" }
 
-    func run() throws {
-        let scratch = Scratch("open-check")
-        let database = scratch.database.path
-        _ = try report.runIsolatedValues("footprint-build", ["--database", database, "--count", "\(count)"])
+    /// `backlog`: a file with ``count`` events pending, no engine open on it.
+    func run(on backlog: Scratch) throws {
+        let database = backlog.database.path
         var checks: [Double] = []
         var starts: [Double] = []
         for _ in 0..<3 {

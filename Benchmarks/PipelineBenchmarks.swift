@@ -51,7 +51,7 @@ struct PipelineBenchmarks {
     }
 
     func run() async throws {
-        let count = quick ? 100_000 : 300_000
+        let count = quick ? 50_000 : 300_000
         let comparison = try await Comparison.measure(rounds: quick ? 3 : 5, target: 0.85) {
             try await recordUntilDurable(count: count, pipeline: true)
         } baseline: {

@@ -42,6 +42,13 @@ enum SelfTest {
             "quiet but the rounds disagree across the target: inconclusive")
         check(ratio(0.5, 0.3, 0.7, others: 0.01).computedVerdict == .fail, "quiet, wide but wholly below: FAIL")
         check(ratio(1.02, 0.98, 1.05, others: 0.5).computedVerdict == .pass, "noisy, tight, median above: PASS")
+        // More rounds: only while they could change the verdict.
+        let below = Comparison(ratios: [0.4, 0.55, 0.45])
+        check(!below.needsMoreRounds(0.7, othersShare: 0.01), "quiet, wide, wholly below: no more rounds")
+        check(below.needsMoreRounds(0.7, othersShare: 0.5), "noisy, wide, below: more rounds")
+        check(
+            Comparison(ratios: [0.6, 0.75, 0.65]).needsMoreRounds(0.7, othersShare: 0.01), "quiet, across: more rounds")
+        check(!Comparison(ratios: [0.6, 0.62, 0.61]).needsMoreRounds(0.7, othersShare: 0.5), "tight: no more rounds")
         var memory = Row(
             area: "t", name: "memory", value: 12, unit: "MB", target: 10, comparison: .atMost, exact: true,
             othersShare: 0.9)

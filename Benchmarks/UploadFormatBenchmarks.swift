@@ -94,9 +94,11 @@ struct UploadFormatBenchmarks {
         let rounds = quick ? 3 : 5
         let baseline = DrainBenchmarks(quick: quick, report: report)
         for (label, format) in try Self.formats() {
+            // Recorded once per format; each round drains a copy of it.
+            let backlog = try await fill(count: count, format: format)
             let identity = StubTransport()
             let plain = try await Comparison.measure(rounds: rounds, target: 0.7) {
-                try await drain(count: count, format: format, compression: .identity, stub: identity)
+                try await drain(backlog, count: count, format: format, compression: .identity, stub: identity)
             } baseline: {
                 baseline.rawDrain(count: count)
             }
@@ -109,7 +111,7 @@ struct UploadFormatBenchmarks {
             let asyncStub = StubTransport()
             let throughAsync = try await Comparison.measure(rounds: quick ? 2 : 3) {
                 try await drain(
-                    count: count, format: format, compression: .identity, stub: asyncStub,
+                    backlog, count: count, format: format, compression: .identity, stub: asyncStub,
                     transport: AsyncOnlyTransport(stub: asyncStub))
             } baseline: {
                 baseline.rawDrain(count: count)
@@ -120,7 +122,7 @@ struct UploadFormatBenchmarks {
 
             let gzip = StubTransport()
             let compressed = try await Comparison.measure(rounds: quick ? 2 : 3) {
-                try await drain(count: count, format: format, compression: .gzip, stub: gzip)
+                try await drain(backlog, count: count, format: format, compression: .gzip, stub: gzip)
             } baseline: {
                 baseline.rawDrain(count: count)
             }
@@ -141,28 +143,54 @@ struct UploadFormatBenchmarks {
                 detail: "ratio \(formatNumber(ratio)) × raw drain; \(detail)"))
     }
 
-    /// Fills a fresh engine while `stub` refuses, then times one flush of
-    /// everything through `format` and `transport` (the stub itself unless
-    /// given): events per second.
-    func drain(
-        count: Int, format: some BatchFormat, compression: UploadCompression, stub: StubTransport,
-        transport: (any UploadTransport)? = nil
-    ) async throws -> Double {
-        let scratch = Scratch("format-drain")
-        stub.status.withLock { $0 = 500 }
-        stub.sent.withLock { $0.removeAll(keepingCapacity: true) }
+    /// An engine on `database` uploading through `format`, `compression`
+    /// and `transport`, parked an hour after its first refusal.
+    func engine(
+        on database: URL, count: Int, format: some BatchFormat, compression: UploadCompression,
+        transport: any UploadTransport
+    ) -> EventEngine {
         let dispatcher = DefaultEventDispatcher(
             batchSize: 100, timerInterval: 3_600, maxQueueSize: count * 2, format: format,
-            request: UploadRequestOptions(compression: compression), transport: transport ?? stub)
-        let engine = EventEngine(
+            request: UploadRequestOptions(compression: compression), transport: transport)
+        return EventEngine(
             configuration: DrainBenchmarks.stubbedConfiguration(
-                database: scratch.database, dispatcher: dispatcher, maximumRetainedEvents: count * 2))
+                database: database, dispatcher: dispatcher, maximumRetainedEvents: count * 2))
+    }
+
+    /// A file holding `count` events of the variants, recorded while the
+    /// collector refuses them, its engine closed.
+    func fill(count: Int, format: some BatchFormat) async throws -> Scratch {
+        let scratch = Scratch("format-backlog")
+        let refusing = StubTransport()
+        let engine = engine(
+            on: scratch.database, count: count, format: format, compression: .identity, transport: refusing)
         try await engine.start()
         for index in 0..<count {
             let (name, parameters) = Self.variants[index % Self.variants.count]
             try engine.recordRetrying(name, parameters: parameters)
         }
-        return try await DrainBenchmarks.timeDrain(engine, of: count, in: scratch.database) {
+        try await engine.settle()
+        await engine.close()
+        return scratch
+    }
+
+    /// Opens a copy of `backlog` while `stub` refuses, then times one flush
+    /// of everything through `format` and `transport` (the stub itself
+    /// unless given): events per second.
+    func drain(
+        _ backlog: Scratch, count: Int, format: some BatchFormat, compression: UploadCompression,
+        stub: StubTransport, transport: (any UploadTransport)? = nil
+    ) async throws -> Double {
+        let scratch = try Scratch(copying: backlog, "format-drain")
+        stub.status.withLock { $0 = 500 }
+        stub.sent.withLock { $0.removeAll(keepingCapacity: true) }
+        let engine = engine(
+            on: scratch.database, count: count, format: format, compression: compression,
+            transport: transport ?? stub)
+        try await engine.start()
+        let pending = try await engine.uploadStatistics().pending
+        precondition(pending >= count, "the copy holds \(pending) of \(count) events")
+        return try await DrainBenchmarks.timeDrain(engine, of: pending, in: scratch.database) {
             stub.status.withLock { $0 = 200 }
         }
     }

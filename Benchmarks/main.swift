@@ -118,6 +118,16 @@ if let phase {
             await log.close()
             log.database.close()
         }
+    case "drain":
+        // The stubbed drain alone, for a profiler: fills, and with
+        // `--variant stop` stops itself (SIGSTOP) so that a profiler can
+        // attach, then drains on SIGCONT.
+        let rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000) {
+            guard variant == "stop" else { return }
+            FileHandle.standardOutput.write(Data("FILLED \(getpid())\n".utf8))
+            raise(SIGSTOP)
+        }
+        print("drain:", formatNumber(rate), "events/s")
     case "upload-memory":
         try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
     case "record":
@@ -165,8 +175,8 @@ if runs("burst") {
     report.calibrate("after burst")
 }
 if runs("footprint") {
-    try FootprintBenchmarks(quick: quick, report: report).run()
-    try OpenCheckBenchmarks(quick: quick, report: report).run()
+    let backlog = try FootprintBenchmarks(quick: quick, report: report).run()
+    try OpenCheckBenchmarks(quick: quick, report: report).run(on: backlog)
     report.calibrate("after footprint")
 }
 if runs("listen") {

@@ -92,7 +92,9 @@ extension CollectorBoundaryAdversaryTests {
     func batchTableBounds(eventsPerRequest: Int, requests: Int) throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)
-        let ids = "[" + Array(repeating: #""0123456789abcdef0123456789abcdef""#, count: eventsPerRequest)
+        let ids =
+            "["
+            + Array(repeating: #""0123456789abcdef0123456789abcdef""#, count: eventsPerRequest)
             .joined(separator: ",") + "]"
         let kept = try database.sync { connection -> [Int64] in
             for request in 1...requests {
