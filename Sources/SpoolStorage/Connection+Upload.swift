@@ -302,10 +302,10 @@ extension Connection {
             return lastInsertRowID
         }
         // The rows to delete are the oldest ones (both bounds grow with
-        // `id`): find the first row to keep by scanning from the oldest,
-        // which reads the rows deleted now and one more — never the ids of
-        // the whole table (`event_ids` sits in overflow pages, before
-        // `events_before`). The newest row stays, whatever its size.
+        // `id`): the first row to keep is found by scanning from the
+        // oldest, which reads the rows deleted now and one more, not the
+        // whole table (reading `events_before` steps over `event_ids`, a
+        // few kilobytes per row). The newest row stays, whatever its size.
         let events = before + Int64(record.eventCount)
         try withStatement(
             """
