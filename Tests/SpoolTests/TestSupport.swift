@@ -66,9 +66,12 @@ extension Trait where Self == ConditionTrait {
 
 /// Polls `condition` every `interval` until it holds or `timeout` passes —
 /// for work that lands on another queue, task or process. Returns whether it
-/// held; the caller's expectations say what a timeout means.
+/// held; the caller's expectations say what a timeout means. The default
+/// bound is generous (a condition that holds returns at once): under the
+/// thread sanitizer, with the whole suite sharing two cores, an upload's
+/// round trip to the collector can take more than 10 s.
 @discardableResult
-func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
+func waitUntil(timeout: TimeInterval = 30, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
     async throws -> Bool
 {
     try await waitUntil(timeout: timeout, interval: interval, asking: { try condition() })
@@ -77,7 +80,7 @@ func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, _ con
 /// ``waitUntil(timeout:interval:_:)`` for a condition that has to await (a
 /// question to the collector, an engine's statistics).
 @discardableResult
-func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.005, asking condition: () async throws -> Bool)
+func waitUntil(timeout: TimeInterval = 30, interval: TimeInterval = 0.005, asking condition: () async throws -> Bool)
     async throws -> Bool
 {
     let deadline = Date().addingTimeInterval(timeout)
