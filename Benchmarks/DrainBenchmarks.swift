@@ -76,7 +76,7 @@ struct DrainBenchmarks {
     }
 
     /// An engine on `database` uploading through `stub` only.
-    static func engine(on database: URL, _ stub: StubDispatcher) -> EventEngine {
+    static func stubbedEngine(on database: URL, _ stub: StubDispatcher) -> EventEngine {
         EventEngine(configuration: stubbedConfiguration(database: database, dispatcher: stub))
     }
 
@@ -84,7 +84,7 @@ struct DrainBenchmarks {
     /// its engine closed.
     func fill(count: Int) async throws -> Scratch {
         let scratch = Scratch("drain-backlog")
-        let engine = Self.engine(
+        let engine = Self.stubbedEngine(
             on: scratch.database, StubDispatcher(status: 500, batchSize: 100, maxQueueSize: 10_000_000))
         try await engine.start()
         for _ in 0..<count {
@@ -103,7 +103,7 @@ struct DrainBenchmarks {
         if let backlog { filled = backlog } else { filled = try await fill(count: count) }
         let scratch = try Scratch(copying: filled, "drain")
         let stub = StubDispatcher(status: 500, batchSize: 100, maxQueueSize: 10_000_000)
-        let engine = Self.engine(on: scratch.database, stub)
+        let engine = Self.stubbedEngine(on: scratch.database, stub)
         // Opened while the stub refuses: the first refusal parks the uploader in backoff.
         try await engine.start()
         let pending = try await engine.uploadStatistics().pending

@@ -145,7 +145,7 @@ struct UploadFormatBenchmarks {
 
     /// An engine on `database` uploading through `format`, `compression`
     /// and `transport`, parked an hour after its first refusal.
-    func engine(
+    func stubbedEngine(
         on database: URL, count: Int, format: some BatchFormat, compression: UploadCompression,
         transport: any UploadTransport
     ) -> EventEngine {
@@ -162,7 +162,7 @@ struct UploadFormatBenchmarks {
     func fill(count: Int, format: some BatchFormat) async throws -> Scratch {
         let scratch = Scratch("format-backlog")
         let refusing = StubTransport()
-        let engine = engine(
+        let engine = stubbedEngine(
             on: scratch.database, count: count, format: format, compression: .identity, transport: refusing)
         try await engine.start()
         for index in 0..<count {
@@ -184,7 +184,7 @@ struct UploadFormatBenchmarks {
         let scratch = try Scratch(copying: backlog, "format-drain")
         stub.status.withLock { $0 = 500 }
         stub.sent.withLock { $0.removeAll(keepingCapacity: true) }
-        let engine = engine(
+        let engine = stubbedEngine(
             on: scratch.database, count: count, format: format, compression: compression,
             transport: transport ?? stub)
         try await engine.start()
