@@ -250,12 +250,12 @@ struct IdentityTests {
             SELECT e.seq, e.type, e.name FROM events AS e JOIN identities AS i ON i.id = e.identity_id \
             WHERE i.user_id = 'alice' ORDER BY e.seq;
             """
-        let result = try runProcess(sqlite3, [directory.databaseURL.path, query])
+        let result = try await runProcess(sqlite3, [directory.databaseURL.path, query])
         let lines = result.output.split(separator: "\n").map {
             $0.split(separator: "|").dropFirst().joined(separator: "|")
         }
         #expect(lines == ["identify|identify", "track|a1", "screen|Home"], "\(result)")
-        let readable = try runProcess(
+        let readable = try await runProcess(
             sqlite3, [directory.databaseURL.path, "SELECT user_id, type, name FROM events_readable WHERE name = 'b1';"])
         #expect(readable.output == "bob|track|b1\n")
     }

@@ -38,20 +38,20 @@ struct SQLiteCLITests {
         try await writeDatabase(directory)
         let path = directory.databaseURL.path
 
-        let lag = try runProcess(
+        let lag = try await runProcess(
             sqlite3, [path, "SELECT consumer, position, pending FROM consumer_lag ORDER BY consumer;"])
         #expect(lag.status == 0, "\(lag.error)")
         #expect(lag.output == "listener:crm|5|25\nuploader|20|10\n")
 
-        let pending = try runProcess(
+        let pending = try await runProcess(
             sqlite3, [path, "SELECT count(*) FROM pending_events WHERE consumer = 'uploader';"])
         #expect(pending.output == "10\n")
 
-        let price = try runProcess(
+        let price = try await runProcess(
             sqlite3, [path, "SELECT json_extract(parameters, '$.price') FROM events WHERE name = 'purchase' LIMIT 1;"])
         #expect(price.output == "9.99\n")
 
-        let readable = try runProcess(sqlite3, [path, "SELECT recorded FROM events_readable ORDER BY seq LIMIT 1;"])
+        let readable = try await runProcess(sqlite3, [path, "SELECT recorded FROM events_readable ORDER BY seq LIMIT 1;"])
         // The first event: fewer than a run are finished, so none is deleted yet.
         #expect(readable.output == "2023-11-14 22:13:20.000\n")
     }
@@ -68,7 +68,7 @@ struct SQLiteCLITests {
         let directory = TemporaryDirectory()
         try await writeDatabase(directory)
         for query in queries {
-            let result = try runProcess(sqlite3, ["-bail", directory.databaseURL.path], input: query)
+            let result = try await runProcess(sqlite3, ["-bail", directory.databaseURL.path], input: query)
             #expect(result.status == 0 && result.error.isEmpty, "\(query) failed: \(result.error)")
         }
     }

@@ -173,7 +173,7 @@ struct SalvageTests {
             ? "UPDATE events SET priority = 1 - priority WHERE seq = (SELECT max(seq) FROM events)"
             : "UPDATE consumers SET updated_at = updated_at + 1"
         let sqlite3 = try #require(DamagedFiles.sqlite3)
-        try runProcess(sqlite3, [path, ".dbconfig no_ckpt_on_close on", change])
+        try await runProcess(sqlite3, [path, ".dbconfig no_ckpt_on_close on", change])
         let wal = try #require(DatabaseFileCheck.fileSize(path + "-wal"))
         try #require(wal > 0, "the WAL holds the commit")
         let size = try #require(DatabaseFileCheck.fileSize(path))

@@ -102,6 +102,16 @@ func onOwnThread<Value: Sendable>(_ body: @escaping @Sendable () -> Value) async
     }
 }
 
+/// ``runProcess(_:_:input:)`` on a thread of its own, for async tests: a
+/// test waiting for a program holds none of the concurrency pool's threads
+/// (two on a 2-core machine, shared by the whole suite) meanwhile.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) async throws -> (
+    status: Int32, output: String, error: String
+) {
+    try await onOwnThread { Result { try runProcess(executable, arguments, input: input) } }.get()
+}
+
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
