@@ -51,7 +51,8 @@ struct SQLiteCLITests {
             sqlite3, [path, "SELECT json_extract(parameters, '$.price') FROM events WHERE name = 'purchase' LIMIT 1;"])
         #expect(price.output == "9.99\n")
 
-        let readable = try await runProcess(sqlite3, [path, "SELECT recorded FROM events_readable ORDER BY seq LIMIT 1;"])
+        let readable = try await runProcess(
+            sqlite3, [path, "SELECT recorded FROM events_readable ORDER BY seq LIMIT 1;"])
         // The first event: fewer than a run are finished, so none is deleted yet.
         #expect(readable.output == "2023-11-14 22:13:20.000\n")
     }
