@@ -109,7 +109,9 @@ extension EventLog {
     }
 
     /// The rows a committed group became (their positions end at `head`).
-    private static func committedEvents(_ group: ArraySlice<Pending>, head: Int64, stamps: Stamps) -> [StoredEvent] {
+    private static func committedEvents(_ group: ArraySlice<Pending>, head: Int64, stamps: CommitStamps)
+        -> [StoredEvent]
+    {
         var seq = head - Int64(group.count)
         return group.indices.map { index in
             seq += 1
@@ -119,17 +121,11 @@ extension EventLog {
                 recordedAt: record.recordedAt, sessionID: record.sessionID, priority: record.priority)
             event.type = record.type
             event.target = record.target
-            let offset = index - group.startIndex
-            event.identity = stamps.identities.isEmpty ? nil : stamps.identities[offset]
+            (event.identity, event.contextID) = stamps.rows(at: index - group.startIndex)
             event.identityID = event.identity?.id
-            event.contextID = stamps.contexts.isEmpty ? nil : stamps.contexts[offset]
             return event
         }
     }
-
-    /// Each event's identity row and context row id, in group order (empty
-    /// without an identity book).
-    typealias Stamps = (identities: [IdentityRow?], contexts: [Int64?])
 
     /// Inserts one group in one transaction (its events, their history rows,
     /// the new head, the retention bound, and now and then history pruning),
@@ -137,7 +133,8 @@ extension EventLog {
     /// head, the committed rows if the reader built them, and its reading.
     private func write(
         _ group: ArraySlice<Pending>, _ connection: Connection
-    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops, stamps: Stamps) {
+    ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops, stamps: CommitStamps)
+    {
         let (bounds, historyLimits, pruneHistory, reader) = state.withLock { state in
             (
                 state.queueBounds, state.historyLimits,
@@ -149,7 +146,7 @@ extension EventLog {
         var built: [StoredEvent]?
         var reading: (any Sendable)?
         var historyRows = 0
-        var stamps: Stamps = ([], [])
+        var stamps = CommitStamps()
         // The schema's CHECKs (json_valid, priority in 0/1) guard every other
         // writer of the file. Spool's own rows are valid by construction (the
         // encoder's fuzz test asserts json_valid on what it writes), and
@@ -171,7 +168,8 @@ extension EventLog {
             var seq = try connection.headPosition()
             var bytesTotal = try connection.bytesTotal()
             if let identities {
-                stamps = try identities.rows(for: group.lazy.map(\.record), on: connection, written: &written)
+                stamps = try identities.rows(
+                    for: group.lazy.map { ($0.record.stamps, $0.record.recordedAt) }, on: connection, written: &written)
             }
             let insert = try connection.cachedStatement(
                 """
@@ -183,10 +181,10 @@ extension EventLog {
                 seq += 1
                 try insert.bind(bytesTotal, at: 8)
                 bytesTotal += Int64(group[index].record.boundBytes)
-                if !stamps.identities.isEmpty {
-                    let offset = index - group.startIndex
-                    try insert.bind(stamps.identities[offset]?.id, at: 11)
-                    try insert.bind(stamps.contexts[offset], at: 12)
+                if stamps.count > 0 {
+                    let (identity, contextID) = stamps.rows(at: index - group.startIndex)
+                    try insert.bind(identity?.id, at: 11)
+                    try insert.bind(contextID, at: 12)
                 }
                 try group[index].insert(as: seq, with: insert)
                 if group[index].record.addsToHistory { historyRows += 1 }

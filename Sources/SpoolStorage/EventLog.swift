@@ -92,7 +92,11 @@ package final class EventLog: Sendable {
         let record: EventRecord
 
         var milliseconds: UInt64 { EventID.milliseconds(since1970: record.recordedAt) }
-        var id: String { EventID.make(milliseconds: milliseconds, random: random.high, random.low) }
+        var id: String { Self.id(recordedAt: record.recordedAt, random: random) }
+
+        static func id(recordedAt: Double, random: (high: UInt64, low: UInt64)) -> String {
+            EventID.make(milliseconds: EventID.milliseconds(since1970: recordedAt), random: random.high, random.low)
+        }
     }
 
     /// The write buffer, with what a durability wait and a position wait
@@ -237,9 +241,9 @@ package final class EventLog: Sendable {
             return (action, state.failureHandler)
         }
         switch action {
-        case .taken(let pending, let startWriter):
+        case .taken(let ticket, let random, let startWriter):
             if startWriter { scheduleCommit(after: 0) }
-            return AppendReceipt(ticket: pending.ticket, id: pending.id)
+            return AppendReceipt(ticket: ticket, id: Pending.id(recordedAt: record.recordedAt, random: random))
         case .waitForRoom:
             return nil
         case .refused(let events, let bytes):

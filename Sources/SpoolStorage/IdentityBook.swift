@@ -86,49 +86,56 @@ package final class IdentityBook: Sendable {
 
     /// Each record's identity row and context row, written where missing, for
     /// a commit. On the database queue, inside the commit's transaction.
-    package func rows(for records: some Collection<EventRecord>, on connection: Connection, written: inout Written)
-        throws -> (identities: [IdentityRow?], contexts: [Int64?])
-    {
+    ///
+    /// `records` are each record's stamps and time, in group order.
+    /// Consecutive records with the same stamps (all of them, unless the
+    /// identity or context changed during the group) are looked at once.
+    package func rows(
+        for records: some Sequence<(stamps: RecordStamps?, recordedAt: Double)>, on connection: Connection,
+        written: inout Written
+    ) throws -> CommitStamps {
         written.newestKnown = state.withLock { $0.newestKnown }
         let adopted = try adoptNewer(on: connection)
-        var identities: [IdentityRow?] = []
-        var contexts: [Int64?] = []
-        identities.reserveCapacity(records.count)
-        contexts.reserveCapacity(records.count)
+        var result = CommitStamps()
+        var previous: RecordStamps?
         var last: (stamp: IdentityStamp, row: IdentityRow)?
         var lastContext: (stamp: ContextStamp, id: Int64)?
-        for record in records {
-            var stamp = record.identity
-            if let adopted, stamp === adopted.replaced, record.recordedAt >= adopted.stamp.createdAt {
-                stamp = adopted.stamp
+        for (stamps, recordedAt) in records {
+            // An adopted identity depends on each record's time.
+            if adopted == nil, result.count > 0, stamps === previous {
+                result.repeatLast()
+                continue
             }
-            if let stamp {
+            previous = stamps
+            var identity: IdentityRow?
+            if var stamp = stamps?.identity {
+                if let adopted, stamp === adopted.replaced, recordedAt >= adopted.stamp.createdAt {
+                    stamp = adopted.stamp
+                }
                 if let last, last.stamp === stamp {
-                    identities.append(last.row)
+                    identity = last.row
                 } else {
                     if stamp.row == nil { written.identities.append(stamp) }
                     let row = try stamp.resolve(on: connection)
                     know(row.id)
                     last = (stamp, row)
-                    identities.append(row)
+                    identity = row
                 }
-            } else {
-                identities.append(nil)
             }
-            if let context = record.context {
+            var contextID: Int64?
+            if let context = stamps?.context {
                 if let lastContext, lastContext.stamp === context {
-                    contexts.append(lastContext.id)
+                    contextID = lastContext.id
                 } else {
                     if !context.hasRow { written.contexts.append(context) }
                     let id = try context.resolve(on: connection)
                     lastContext = (context, id)
-                    contexts.append(id)
+                    contextID = id
                 }
-            } else {
-                contexts.append(nil)
             }
+            result.append(identity: identity, contextID: contextID)
         }
-        return (identities, contexts)
+        return result
     }
 
     /// Undoes in memory what a rolled-back commit wrote: its stamps get
@@ -159,5 +166,49 @@ package final class IdentityBook: Sendable {
             state.identity = IdentityStamp(.row(row), at: row.createdAt)
             return (replaced, state.identity)
         }
+    }
+}
+
+/// The identity and context rows of a commit's records, as runs of
+/// consecutive records with the same rows.
+package struct CommitStamps: Sendable {
+    private struct Run {
+        /// The offset in the group just past the run.
+        var end: Int
+        var identity: IdentityRow?
+        var contextID: Int64?
+    }
+
+    private var runs: [Run] = []
+
+    /// The records counted so far.
+    package var count: Int { runs.last?.end ?? 0 }
+
+    package init() {}
+
+    /// The rows of the record at `offset` in the group: nil and nil when
+    /// there is none (a log without an identity book).
+    package func rows(at offset: Int) -> (identity: IdentityRow?, contextID: Int64?) {
+        // Runs are few: a binary search for the first that ends past offset.
+        var low = 0
+        var high = runs.count
+        while low < high {
+            let middle = (low + high) / 2
+            if runs[middle].end <= offset { low = middle + 1 } else { high = middle }
+        }
+        guard low < runs.count else { return (nil, nil) }
+        return (runs[low].identity, runs[low].contextID)
+    }
+
+    mutating func append(identity: IdentityRow?, contextID: Int64?) {
+        if let last = runs.last, last.identity?.id == identity?.id, last.contextID == contextID {
+            repeatLast()
+        } else {
+            runs.append(Run(end: count + 1, identity: identity, contextID: contextID))
+        }
+    }
+
+    mutating func repeatLast() {
+        runs[runs.count - 1].end += 1
     }
 }

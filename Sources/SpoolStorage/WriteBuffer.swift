@@ -68,8 +68,10 @@ struct WriteBuffer<Waiter, PositionWaiter> {
     // MARK: - Appending
 
     enum Append {
-        /// Buffered; start the writer when it is not scheduled yet.
-        case taken(Pending, startWriter: Bool)
+        /// Buffered, with its ticket and id bits (not the whole copy: one
+        /// fewer copy of every record); start the writer when it is not
+        /// scheduled yet.
+        case taken(ticket: UInt64, random: (high: UInt64, low: UInt64), startWriter: Bool)
         /// At the bound: wait for room, then append again.
         case waitForRoom
         /// At the bound while commits fail: refuse the event.
@@ -93,7 +95,7 @@ struct WriteBuffer<Waiter, PositionWaiter> {
         pending.append(taken)
         pendingBytes += bytes
         defer { writerScheduled = true }
-        return .taken(taken, startWriter: !writerScheduled)
+        return .taken(ticket: taken.ticket, random: taken.random, startWriter: !writerScheduled)
     }
 
     enum Room {

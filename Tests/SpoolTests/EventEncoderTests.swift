@@ -16,6 +16,26 @@ struct EventEncoderTests {
         )
     }
 
+    /// Keys come out in String order whatever the object's size: small
+    /// objects and large ones are sorted by different code.
+    @Test(arguments: [2, 12, 16, 17, 40, 300])
+    func keysAreSortedAtEverySize(count: Int) throws {
+        var random = FastRandom(seed: UInt64(count))
+        var object: [String: EventValue] = [:]
+        while object.count < count {
+            let key = String(random.next() % 100_000) + (random.next() % 3 == 0 ? "é" : "")
+            object[key] = .string(key)
+        }
+        let parsed = try JSONReader.parseObject(try EventEncoder.encode(object))
+        #expect(parsed == object)
+        let keys = try EventEncoder.encode(object).split(separator: ",").map { $0.split(separator: ":")[0] }
+        #expect(keys.map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "{\"")) } == object.keys.sorted())
+        // An invalid key sorted last is reported, after the others were
+        // written.
+        object["\u{7F}"] = 1
+        #expect(throws: EventValidationError.invalidKey(path: ".\"\\u{7F}\"")) { try EventEncoder.encode(object) }
+    }
+
     @Test func datesAreISO8601WithMillisecondsInUTC() throws {
         let cases: [(Double, String)] = [
             (0, "1970-01-01T00:00:00.000Z"),

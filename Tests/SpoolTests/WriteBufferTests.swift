@@ -19,10 +19,10 @@ struct WriteBufferTests {
     @discardableResult
     static func take(_ buffer: inout Buffer, _ name: String = "e", bytes: Int = 0) throws -> UInt64 {
         let record = record(name, bytes: bytes)
-        guard case .taken(let pending, _) = buffer.append(record, bytes: record.bufferedBytes, mayWait: true) else {
+        guard case .taken(let ticket, _, _) = buffer.append(record, bytes: record.bufferedBytes, mayWait: true) else {
             throw Refusal()
         }
-        return pending.ticket
+        return ticket
     }
 
     static func isRefusal(_ result: Result<Void, any Error>?) -> Bool {
@@ -36,7 +36,7 @@ struct WriteBufferTests {
     func appendsTakeTicketsInOrder() {
         var buffer = Buffer(limits: .standard)
         let starts = (0..<3).map { _ -> Bool in
-            guard case .taken(_, let start) = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
+            guard case .taken(_, _, let start) = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
                 return false
             }
             return start

@@ -120,30 +120,72 @@ struct EventEncoder {
             throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
         }
         bytes.append(UInt8(ascii: "{"))
-        // String's `<` has a memcmp fast path for ASCII keys; any fixed order
-        // makes the output deterministic.
-        // Sorting the dictionary's indices, not copies of its entries: no
-        // value is copied (retained and released) to be put in order.
-        var order = Array(object.indices)
-        order.sort { object[$0].key < object[$1].key }
-        for (index, position) in order.enumerated() {
-            if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            let (key, value) = object[position]
-            let keyBytes = key.utf8.count
-            guard keyBytes > 0, keyBytes <= EventLimits.maximumKeyBytes,
-                !key.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
-            else {
-                throw .invalidKey(path: "." + key.debugDescription)
+        // The entries are put in key order in a temporary buffer (on the
+        // stack for small objects) by moving them, so sorting copies no
+        // value. String's `<` has a memcmp fast path for ASCII keys; any
+        // fixed order makes the output deterministic.
+        try withUnsafeTemporaryAllocation(of: Entry.self, capacity: object.count) {
+            (entries) throws(EventValidationError) in
+            let base = entries.baseAddress!
+            var count = 0
+            for entry in object {
+                (base + count).initialize(to: entry)
+                count += 1
             }
-            writeString(key)
-            bytes.append(UInt8(ascii: ":"))
-            do {
-                try write(value, depth: depth)
-            } catch {
-                throw error.prefixed(with: "." + key)
+            // Each entry is moved out as it is written; an error leaves the
+            // rest to this.
+            var written = 0
+            defer { (base + written).deinitialize(count: count - written) }
+            Self.sortByKey(UnsafeMutableBufferPointer(start: base, count: count))
+            while written < count {
+                let (key, value) = (base + written).move()
+                written += 1
+                if written > 1 { bytes.append(UInt8(ascii: ",")) }
+                guard Self.appendKey(key, to: &bytes) else { throw .invalidKey(path: "." + key.debugDescription) }
+                bytes.append(UInt8(ascii: ":"))
+                do throws(EventValidationError) {
+                    try write(value, depth: depth)
+                } catch {
+                    throw error.prefixed(with: "." + key)
+                }
             }
         }
         bytes.append(UInt8(ascii: "}"))
+    }
+
+    private typealias Entry = (key: String, value: EventValue)
+
+    /// Sorts `entries` by key: an insertion sort that moves entries for the
+    /// few keys events have, the standard library's sort past that.
+    private static func sortByKey(_ entries: UnsafeMutableBufferPointer<Entry>) {
+        guard entries.count > 16 else {
+            guard let base = entries.baseAddress else { return }
+            for index in entries.indices.dropFirst() {
+                guard base[index].key < base[index - 1].key else { continue }
+                let moving = (base + index).move()
+                var hole = index
+                while hole > 0, moving.key < base[hole - 1].key { hole -= 1 }
+                (base + hole + 1).moveInitialize(from: base + hole, count: index - hole)
+                (base + hole).initialize(to: moving)
+            }
+            return
+        }
+        var entries = entries
+        entries.sort { $0.key < $1.key }
+    }
+
+    /// Appends a valid key as a JSON string literal; false, with nothing
+    /// appended, for an empty key, one over ``EventLimits/maximumKeyBytes``
+    /// or one with a control character.
+    private static func appendKey(_ key: String, to bytes: inout [UInt8]) -> Bool {
+        var key = key
+        return key.withUTF8 { utf8 in
+            guard !utf8.isEmpty, utf8.count <= EventLimits.maximumKeyBytes,
+                !utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
+            else { return false }
+            appendJSONString(UnsafeRawBufferPointer(utf8), to: &bytes)
+            return true
+        }
     }
 
     // MARK: - Scalars
