@@ -48,7 +48,7 @@ enum ISO8601Milliseconds {
     /// `recordedAt`); a date from a user is checked with
     /// ``milliseconds(ifRepresentable:)`` first, so it is rejected, not
     /// silently moved.
-    static func append(_ date: Date, to bytes: inout [UInt8]) {
+    static func append(_ date: Date, to bytes: inout some JSONOutput) {
         let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
         let clamped: Int64
         if milliseconds >= latest {
@@ -63,7 +63,7 @@ enum ISO8601Milliseconds {
 
     /// Appends the date `milliseconds` after 1970, which must be in
     /// `earliestMilliseconds...latestMilliseconds`.
-    static func append(milliseconds: Int64, to bytes: inout [UInt8]) {
+    static func append(milliseconds: Int64, to bytes: inout some JSONOutput) {
         let (days, millisecondOfDay) = floorDivide(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let second = millisecondOfDay / 1000
@@ -111,7 +111,7 @@ enum ISO8601Milliseconds {
 
     /// Appends `value`, in 0...99, as two digits.
     @inline(__always)
-    private static func twoDigits(_ value: Int64, into bytes: inout [UInt8]) {
+    private static func twoDigits(_ value: Int64, into bytes: inout some JSONOutput) {
         bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10))
         bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10))
     }

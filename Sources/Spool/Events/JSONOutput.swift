@@ -1,0 +1,62 @@
+/// Where JSON text is written byte by byte: a request body (`[UInt8]`) or the
+/// encoder's ``ByteBuffer``. The escaping and date formatting are written
+/// once, for both.
+protocol JSONOutput {
+    mutating func append(_ byte: UInt8)
+    mutating func appendBytes(_ bytes: UnsafeRawBufferPointer)
+}
+
+extension Array: JSONOutput where Element == UInt8 {
+    @inline(__always)
+    mutating func appendBytes(_ bytes: UnsafeRawBufferPointer) {
+        append(contentsOf: bytes)
+    }
+}
+
+/// A growable byte buffer that checks its capacity once per write: what
+/// ``EventEncoder`` writes an event's parameters into, on the caller's
+/// thread of every `record`.
+///
+/// Not a value type: the owner calls ``deallocate()`` exactly once.
+struct ByteBuffer: JSONOutput {
+    private(set) var base: UnsafeMutablePointer<UInt8>
+    private(set) var count = 0
+    private var capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = max(capacity, 16)
+        base = .allocate(capacity: self.capacity)
+    }
+
+    func deallocate() {
+        base.deallocate()
+    }
+
+    /// The bytes written so far.
+    var bytes: UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: base, count: count)
+    }
+
+    @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        if count == capacity { grow(toHold: count + 1) }
+        base[count] = byte
+        count += 1
+    }
+
+    @inline(__always)
+    mutating func appendBytes(_ bytes: UnsafeRawBufferPointer) {
+        guard let source = bytes.baseAddress else { return }
+        if count + bytes.count > capacity { grow(toHold: count + bytes.count) }
+        (base + count).update(from: source.assumingMemoryBound(to: UInt8.self), count: bytes.count)
+        count += bytes.count
+    }
+
+    private mutating func grow(toHold needed: Int) {
+        let newCapacity = max(needed, capacity * 2)
+        let newBase = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        newBase.update(from: base, count: count)
+        base.deallocate()
+        (base, capacity) = (newBase, newCapacity)
+    }
+}
