@@ -169,7 +169,9 @@ extension EventLog {
             var bytesTotal = try connection.bytesTotal()
             if let identities {
                 stamps = try identities.rows(
-                    for: group.lazy.map { ($0.record.stamps, $0.record.recordedAt) }, on: connection, written: &written)
+                    // By index: iterating the slice would copy every record.
+                    for: group.indices.lazy.map { (group[$0].record.stamps, group[$0].record.recordedAt) },
+                    on: connection, written: &written)
             }
             let insert = try connection.cachedStatement(
                 """
@@ -177,17 +179,21 @@ extension EventLog {
                 type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
-            for index in group.indices {
-                seq += 1
-                try insert.bind(bytesTotal, at: 8)
-                bytesTotal += Int64(group[index].record.boundBytes)
-                if stamps.count > 0 {
-                    let (identity, contextID) = stamps.rows(at: index - group.startIndex)
-                    try insert.bind(identity?.id, at: 11)
-                    try insert.bind(contextID, at: 12)
+            // Through a buffer pointer: reading an element of the slice
+            // would copy its record (a retain and release per string).
+            try group.withUnsafeBufferPointer { group in
+                for offset in group.indices {
+                    seq += 1
+                    try insert.bind(bytesTotal, at: 8)
+                    bytesTotal += Int64(group[offset].record.boundBytes)
+                    if stamps.count > 0 {
+                        let (identityID, contextID) = stamps.ids(at: offset)
+                        try insert.bind(identityID, at: 11)
+                        try insert.bind(contextID, at: 12)
+                    }
+                    try group[offset].insert(as: seq, with: insert)
+                    if group[offset].record.addsToHistory { historyRows += 1 }
                 }
-                try group[index].insert(as: seq, with: insert)
-                if group[index].record.addsToHistory { historyRows += 1 }
             }
             try connection.withStatement("UPDATE log_head SET last_seq = ?, bytes_total = ? WHERE id = 1") { head in
                 try head.bind(seq, at: 1)

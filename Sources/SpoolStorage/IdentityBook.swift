@@ -189,6 +189,17 @@ package struct CommitStamps: Sendable {
     /// The rows of the record at `offset` in the group: nil and nil when
     /// there is none (a log without an identity book).
     package func rows(at offset: Int) -> (identity: IdentityRow?, contextID: Int64?) {
+        guard let run = run(at: offset) else { return (nil, nil) }
+        return (runs[run].identity, runs[run].contextID)
+    }
+
+    /// The ids of ``rows(at:)``, without copying the identity row.
+    package func ids(at offset: Int) -> (identityID: Int64?, contextID: Int64?) {
+        guard let run = run(at: offset) else { return (nil, nil) }
+        return (runs[run].identity?.id, runs[run].contextID)
+    }
+
+    private func run(at offset: Int) -> Int? {
         // Runs are few: a binary search for the first that ends past offset.
         var low = 0
         var high = runs.count
@@ -196,8 +207,7 @@ package struct CommitStamps: Sendable {
             let middle = (low + high) / 2
             if runs[middle].end <= offset { low = middle + 1 } else { high = middle }
         }
-        guard low < runs.count else { return (nil, nil) }
-        return (runs[low].identity, runs[low].contextID)
+        return low < runs.count ? low : nil
     }
 
     mutating func append(identity: IdentityRow?, contextID: Int64?) {
