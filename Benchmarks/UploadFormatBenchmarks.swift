@@ -1,5 +1,5 @@
 import Foundation
-@_spi(FormatAuthoring) import Spool
+@_spi(FormatAuthoring) @_spi(TransportAuthoring) import Spool
 import SpoolStorage
 
 /// Each batch format beside the raw-SQLite drain: the drain rate with the

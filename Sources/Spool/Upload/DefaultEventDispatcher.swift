@@ -99,8 +99,9 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     ///     delegate must refuse redirects, or a 301 would turn the upload
     ///     into a GET without its events and count as delivered. For a
     ///     session delegate of your own (certificate pinning) or a background
-    ///     session, pass your ``UploadTransport`` to
-    ///     ``init(batchSize:backingStore:dataStoreName:timerInterval:maxQueueSize:requestTimeout:format:request:transport:)``.
+    ///     session, pass a transport of your own to the `transport:`
+    ///     initializer, part of the transport authors' interface
+    ///     (`@_spi(TransportAuthoring) import Spool`).
     public convenience init(
         batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
@@ -122,7 +123,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends through `transport`: Spool still batches,
     /// writes the format, gzips, adds the headers, retries, splits and
     /// dead-letters; the transport only moves each request.
-    public init(
+    @_spi(TransportAuthoring) public init(
         batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
         dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
