@@ -89,8 +89,10 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     ///     default, below `batchSize` is raised to it.
     ///   - requestTimeout: seconds before a request with no answer counts as
     ///     failed (its events are retried).
-    ///   - format: the collector's batch format: ``SpoolBatchFormat`` (the
-    ///     default), ``SegmentBatchFormat``, ``KafkaRESTBatchFormat`` or yours.
+    ///   - format: the collector's batch format: `.spool`
+    ///     (``SpoolBatchFormat``, the default), `.segment(writeKey:…)`
+    ///     (``SegmentBatchFormat``), `.kafkaREST` (``KafkaRESTBatchFormat``)
+    ///     or yours.
     ///   - request: headers, a header provider, compression, networks.
     ///   - sessionConfiguration: for proxies, TLS settings, additional
     ///     headers… Copied; Spool sets the timeouts, one connection per host
@@ -109,7 +111,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
         maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
-        format: some BatchFormat = SpoolBatchFormat(),
+        format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
         sessionConfiguration: URLSessionConfiguration? = nil
     ) {
@@ -130,7 +132,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
         maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
-        format: some BatchFormat = SpoolBatchFormat(),
+        format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
         transport: any UploadTransport
     ) {
