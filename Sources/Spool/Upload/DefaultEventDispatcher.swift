@@ -31,15 +31,17 @@ import SpoolStorage
 ///   rules); the caller is never blocked, and every dropped event is counted
 ///   (``UploadStatistics/dropped`` and the `dropped` column of `consumer_lag`).
 public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
+    // The defaults, named once for the initializers' signatures (hence
+    // @usableFromInline) and for the engine; the initializers document them.
     /// Events per request unless you pass another size: 10.
-    public static let defaultBatchSize = 10
+    @usableFromInline static let defaultBatchSize = 10
     /// Seconds between timer-driven uploads unless you pass another: 60.
-    public static let defaultTimerInterval: TimeInterval = 60
+    @usableFromInline static let defaultTimerInterval: TimeInterval = 60
     /// Events the queue keeps for upload unless you pass another: 10,000.
-    public static let defaultMaxQueueSize = 10_000
+    @usableFromInline static let defaultMaxQueueSize = 10_000
     /// The database file's name unless you pass another: `OPTEventQueue`
     /// (`OPTEventQueue.sqlite`).
-    public static let defaultDataStoreName = "OPTEventQueue"
+    @usableFromInline static let defaultDataStoreName = "OPTEventQueue"
 
     /// The most events in one request (a format's own limit may lower it).
     public let batchSize: Int
@@ -76,17 +78,19 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends with Spool's URLSession-based transport.
     ///
     /// - Parameters:
-    ///   - batchSize: the most events in one request; 0 or less uses
-    ///     ``defaultBatchSize``.
+    ///   - batchSize: the most events in one request (default 10); 0 or
+    ///     less uses the default.
     ///   - backingStore: where the queue is kept (``DataStoreType``), through
     ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``; see
     ///     ``backingStore`` for a configuration that sets its own `database`.
-    ///   - dataStoreName: the database file's name, without `.sqlite`; empty
-    ///     uses ``defaultDataStoreName``. Read as `backingStore` is.
-    ///   - timerInterval: seconds between timer-driven uploads; 0 uploads as
-    ///     soon as events are committed; negative uses the default.
-    ///   - maxQueueSize: the most events kept for upload; below 100 uses the
-    ///     default, below `batchSize` is raised to it.
+    ///   - dataStoreName: the database file's name, without `.sqlite`
+    ///     (default `OPTEventQueue`); empty uses the default. Read as
+    ///     `backingStore` is.
+    ///   - timerInterval: seconds between timer-driven uploads (default 60);
+    ///     0 uploads as soon as events are committed; negative uses the
+    ///     default.
+    ///   - maxQueueSize: the most events kept for upload (default 10,000);
+    ///     below 100 uses the default, below `batchSize` is raised to it.
     ///   - requestTimeout: seconds before a request with no answer counts as
     ///     failed (its events are retried).
     ///   - format: the collector's batch format: `.spool`
