@@ -1,5 +1,5 @@
 import Foundation
-import Spool
+@_spi(TransportAuthoring) import Spool
 
 /// What a refused event costs at the collector boundary: the requests a
 /// bisection spends to single out one bad event in a backlog.

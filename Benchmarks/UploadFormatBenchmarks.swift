@@ -1,5 +1,5 @@
 import Foundation
-@_spi(FormatAuthoring) import Spool
+@_spi(FormatAuthoring) @_spi(TransportAuthoring) import Spool
 import SpoolStorage
 
 /// Each batch format beside the raw-SQLite drain: the drain rate with the
@@ -79,14 +79,15 @@ struct UploadFormatBenchmarks {
     }()
 
     static func formats() throws -> [(String, any BatchFormat)] {
-        let segment = try SegmentBatchFormat(
+        let segment: SegmentBatchFormat = try .segment(
             writeKey: "wk_0123456789abcdef", anonymousId: "6f1d2e3c-4b5a-4c1e-9a55-7b440190f3a2",
             context: [
                 "app": ["name": "Demo", "version": "2.1.0", "build": "2100"],
                 "device": ["manufacturer": "Apple", "model": "iPhone15,2", "type": "ios"],
                 "os": ["name": "iOS", "version": "17.4"], "locale": "fr-FR", "timezone": "Europe/Paris",
             ])
-        return [("Spool", SpoolBatchFormat()), ("Segment", segment), ("Kafka REST", KafkaRESTBatchFormat())]
+        let (spool, kafkaREST): (SpoolBatchFormat, KafkaRESTBatchFormat) = (.spool, .kafkaREST)
+        return [("Spool", spool), ("Segment", segment), ("Kafka REST", kafkaREST)]
     }
 
     func run() async throws {

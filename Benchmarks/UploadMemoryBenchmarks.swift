@@ -31,7 +31,7 @@ struct UploadMemoryBenchmarks {
         let (label, format): (String, any BatchFormat) =
             variant.hasPrefix("segment")
             ? ("Segment with a context", try UploadFormatBenchmarks.formats()[1].1)
-            : ("Spool format", SpoolBatchFormat())
+            : ("Spool format", SpoolBatchFormat.spool)
         let compression: UploadCompression = variant.hasSuffix("identity") ? .identity : .gzip
         let startRSS = megabytes(currentRSS())
         let sampler = MemorySampler()

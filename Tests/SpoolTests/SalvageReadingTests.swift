@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import Spool
+@_spi(TransportAuthoring) @testable import Spool
 @testable import SpoolStorage
 
 /// P4: how a salvage reads a damaged file — row by row, stepping over pages

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import Spool
+@_spi(TransportAuthoring) @testable import Spool
 @testable import SpoolStorage
 
 /// What the built-in transport keeps once an upload is answered: nothing.

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@_spi(FormatAuthoring) @testable import Spool
+@_spi(FormatAuthoring) @_spi(TransportAuthoring) @testable import Spool
 @testable import SpoolStorage
 
 #if canImport(FoundationNetworking)

@@ -11,7 +11,7 @@ import SpoolStorage
 public final class Registration: Sendable, Hashable {
     private let cancellation: Protected<(@Sendable () -> Void)?>
     /// The internal id this registration is keyed by.
-    public let id: UInt64
+    let id: UInt64
 
     init(id: UInt64, cancellation: @escaping @Sendable () -> Void) {
         self.id = id

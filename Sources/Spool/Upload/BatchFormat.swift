@@ -16,7 +16,8 @@ import SpoolStorage
 ///
 /// Choosing a format needs nothing more. Writing one needs the format
 /// authors' interface, `@_spi(FormatAuthoring) import Spool`: the
-/// requirements below, `BatchEvent` and `UploadVerdict` are part of it.
+/// requirements below, `BatchEvent`, `UploadVerdict` and `UploadResponse`
+/// are part of it.
 ///
 /// ## Implementation requirements
 ///

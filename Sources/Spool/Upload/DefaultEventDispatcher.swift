@@ -31,15 +31,17 @@ import SpoolStorage
 ///   rules); the caller is never blocked, and every dropped event is counted
 ///   (``UploadStatistics/dropped`` and the `dropped` column of `consumer_lag`).
 public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
+    // The defaults, named once for the initializers' signatures (hence
+    // @usableFromInline) and for the engine; the initializers document them.
     /// Events per request unless you pass another size: 10.
-    public static let defaultBatchSize = 10
+    @usableFromInline static let defaultBatchSize = 10
     /// Seconds between timer-driven uploads unless you pass another: 60.
-    public static let defaultTimerInterval: TimeInterval = 60
+    @usableFromInline static let defaultTimerInterval: TimeInterval = 60
     /// Events the queue keeps for upload unless you pass another: 10,000.
-    public static let defaultMaxQueueSize = 10_000
+    @usableFromInline static let defaultMaxQueueSize = 10_000
     /// The database file's name unless you pass another: `OPTEventQueue`
     /// (`OPTEventQueue.sqlite`).
-    public static let defaultDataStoreName = "OPTEventQueue"
+    @usableFromInline static let defaultDataStoreName = "OPTEventQueue"
 
     /// The most events in one request (a format's own limit may lower it).
     public let batchSize: Int
@@ -76,21 +78,25 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends with Spool's URLSession-based transport.
     ///
     /// - Parameters:
-    ///   - batchSize: the most events in one request; 0 or less uses
-    ///     ``defaultBatchSize``.
+    ///   - batchSize: the most events in one request (default 10); 0 or
+    ///     less uses the default.
     ///   - backingStore: where the queue is kept (``DataStoreType``), through
     ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``; see
     ///     ``backingStore`` for a configuration that sets its own `database`.
-    ///   - dataStoreName: the database file's name, without `.sqlite`; empty
-    ///     uses ``defaultDataStoreName``. Read as `backingStore` is.
-    ///   - timerInterval: seconds between timer-driven uploads; 0 uploads as
-    ///     soon as events are committed; negative uses the default.
-    ///   - maxQueueSize: the most events kept for upload; below 100 uses the
-    ///     default, below `batchSize` is raised to it.
+    ///   - dataStoreName: the database file's name, without `.sqlite`
+    ///     (default `OPTEventQueue`); empty uses the default. Read as
+    ///     `backingStore` is.
+    ///   - timerInterval: seconds between timer-driven uploads (default 60);
+    ///     0 uploads as soon as events are committed; negative uses the
+    ///     default.
+    ///   - maxQueueSize: the most events kept for upload (default 10,000);
+    ///     below 100 uses the default, below `batchSize` is raised to it.
     ///   - requestTimeout: seconds before a request with no answer counts as
     ///     failed (its events are retried).
-    ///   - format: the collector's batch format: ``SpoolBatchFormat`` (the
-    ///     default), ``SegmentBatchFormat``, ``KafkaRESTBatchFormat`` or yours.
+    ///   - format: the collector's batch format: `.spool`
+    ///     (``SpoolBatchFormat``, the default), `.segment(writeKey:…)`
+    ///     (``SegmentBatchFormat``), `.kafkaREST` (``KafkaRESTBatchFormat``)
+    ///     or yours.
     ///   - request: headers, a header provider, compression, networks.
     ///   - sessionConfiguration: for proxies, TLS settings, additional
     ///     headers… Copied; Spool sets the timeouts, one connection per host
@@ -99,8 +105,9 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     ///     delegate must refuse redirects, or a 301 would turn the upload
     ///     into a GET without its events and count as delivered. For a
     ///     session delegate of your own (certificate pinning) or a background
-    ///     session, pass your ``UploadTransport`` to
-    ///     ``init(batchSize:backingStore:dataStoreName:timerInterval:maxQueueSize:requestTimeout:format:request:transport:)``.
+    ///     session, pass a transport of your own to the `transport:`
+    ///     initializer, part of the transport authors' interface
+    ///     (`@_spi(TransportAuthoring) import Spool`).
     public convenience init(
         batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
@@ -108,7 +115,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
         maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
-        format: some BatchFormat = SpoolBatchFormat(),
+        format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
         sessionConfiguration: URLSessionConfiguration? = nil
     ) {
@@ -122,14 +129,14 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends through `transport`: Spool still batches,
     /// writes the format, gzips, adds the headers, retries, splits and
     /// dead-letters; the transport only moves each request.
-    public init(
+    @_spi(TransportAuthoring) public init(
         batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
         dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
         timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
         maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
-        format: some BatchFormat = SpoolBatchFormat(),
+        format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
         transport: any UploadTransport
     ) {

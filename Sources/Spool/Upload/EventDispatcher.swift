@@ -27,8 +27,9 @@ public typealias DispatchCompletionHandler = @Sendable (DispatchOutcome) -> Void
 /// - The outcome is ``DispatchOutcome``, not `OptimizelyResult<Data>`.
 ///
 /// To keep Spool's formats, gzip and headers and change only how bytes
-/// travel, implement ``UploadTransport`` and pass it to
-/// ``DefaultEventDispatcher`` instead: it gets the finished request.
+/// travel, give ``DefaultEventDispatcher`` a transport of your own instead:
+/// it gets the finished request (`UploadTransport`, in the transport
+/// authors' interface: `@_spi(TransportAuthoring) import Spool`).
 ///
 /// ## Implementation requirements
 ///

@@ -2,7 +2,7 @@ import Foundation
 
 /// JSON records for a Kafka REST proxy, API v2: Confluent REST Proxy and
 /// Redpanda's HTTP proxy (`POST <proxy>/topics/<topic>`). Each event becomes
-/// one record on the topic.
+/// one record on the topic. Made by ``BatchFormat/kafkaREST``.
 ///
 /// ```json
 /// {"records":[{"key":"u-42","value":{"id":"0190f3a2-…","type":"track","name":"purchase",
@@ -10,10 +10,11 @@ import Foundation
 ///   "anonymousId":"4f6e…","userId":"u-42"}}, …]}
 /// ```
 ///
-/// The record `key` is chosen by ``Key-swift.enum``: by default the user id
-/// the event was recorded for, else its anonymous id, so one user's events
-/// land on one partition, in order, across sessions; or the session id. The
-/// `value` is the event as ``SpoolBatchFormat`` writes it. Sent as
+/// The record `key` is chosen by ``Key`` (``BatchFormat/kafkaREST(key:)``):
+/// by default the user id the event was recorded for, else its anonymous id,
+/// so one user's events land on one partition, in order, across sessions; or
+/// the session id. The `value` is the event as ``SpoolBatchFormat`` writes
+/// it. Sent as
 /// `application/vnd.kafka.json.v2+json` asking for
 /// `application/vnd.kafka.v2+json`, and **not gzipped** by default:
 /// Confluent's proxy cannot read gzipped request bodies (it answers with a
@@ -48,11 +49,11 @@ public struct KafkaRESTBatchFormat: BatchFormat {
     }
 
     /// What each record is keyed by.
-    public let key: Key
+    let key: Key
 
-    /// The Kafka REST v2 JSON format; the topic is in the collector URL
-    /// (`<proxy>/topics/<topic>`).
-    public init(key: Key = .user) {
+    /// The format ``BatchFormat/kafkaREST`` and
+    /// ``BatchFormat/kafkaREST(key:)`` make.
+    init(key: Key = .user) {
         self.key = key
     }
 
@@ -161,7 +162,9 @@ public struct KafkaRESTBatchFormat: BatchFormat {
 }
 
 extension BatchFormat where Self == KafkaRESTBatchFormat {
-    /// JSON records for a Kafka REST proxy (API v2): see ``KafkaRESTBatchFormat``.
+    /// JSON records for a Kafka REST proxy (API v2), keyed by user: see
+    /// ``KafkaRESTBatchFormat``. The topic is in the collector URL
+    /// (`<proxy>/topics/<topic>`).
     public static var kafkaREST: KafkaRESTBatchFormat { KafkaRESTBatchFormat() }
 
     /// JSON records for a Kafka REST proxy, keyed by `key`: see

@@ -2,7 +2,8 @@ import Foundation
 
 /// Segment's HTTP Tracking API batch (`POST https://api.segment.io/v1/batch`),
 /// also accepted by RudderStack (`<data plane>/v1/batch`) and Jitsu: each
-/// event becomes the call of its ``EventType``.
+/// event becomes the call of its ``EventType``. Made by
+/// ``BatchFormat/segment(writeKey:anonymousId:userId:context:)``.
 ///
 /// ```json
 /// {"batch":[{"type":"track","event":"purchase","properties":{"amount":9.99},
@@ -52,11 +53,11 @@ public struct SegmentBatchFormat: BatchFormat {
 
     /// The source's write key: the user name of the Basic `Authorization`
     /// header, and `writeKey` in the body.
-    public let writeKey: String
+    let writeKey: String
     /// `anonymousId` for events stored without an identity.
-    public let anonymousId: String
+    let anonymousId: String
     /// `userId` for events stored without an identity, when set.
-    public let userId: String?
+    let userId: String?
 
     /// `"anonymousId":…[,"userId":…]`, for events stored without an identity.
     private let identity: [UInt8]
@@ -70,19 +71,9 @@ public struct SegmentBatchFormat: BatchFormat {
     private let closing: [UInt8]
     private let authorization: String
 
-    /// - Parameters:
-    ///   - writeKey: the source's write key.
-    ///   - anonymousId: the `anonymousId` of events stored without an
-    ///     identity (Segment requires it or a `userId`). Events recorded
-    ///     by Spool carry the engine's own (``SpoolIdentity``).
-    ///   - userId: the `userId` of events stored without an identity.
-    ///   - context: Segment's `context` object for events stored without a
-    ///     context, encoded once here. `sessionId` is Spool's and is
-    ///     replaced.
-    /// - Throws: ``EventValidationError`` when `context` holds a value Spool
-    ///   cannot encode (a non-finite number, a date out of range, nesting
-    ///   too deep).
-    public init(
+    /// The format ``BatchFormat/segment(writeKey:anonymousId:userId:context:)``
+    /// makes; the parameters are documented there.
+    init(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
     ) throws(EventValidationError) {
         self.writeKey = writeKey
@@ -181,6 +172,19 @@ public struct SegmentBatchFormat: BatchFormat {
 extension BatchFormat where Self == SegmentBatchFormat {
     /// Segment's HTTP Tracking API batch (also RudderStack and Jitsu): see
     /// ``SegmentBatchFormat``.
+    ///
+    /// - Parameters:
+    ///   - writeKey: the source's write key.
+    ///   - anonymousId: the `anonymousId` of events stored without an
+    ///     identity (Segment requires it or a `userId`). Events recorded
+    ///     by Spool carry the engine's own (``SpoolIdentity``).
+    ///   - userId: the `userId` of events stored without an identity.
+    ///   - context: Segment's `context` object for events stored without a
+    ///     context, encoded once here. `sessionId` is Spool's and is
+    ///     replaced.
+    /// - Throws: ``EventValidationError`` when `context` holds a value Spool
+    ///   cannot encode (a non-finite number, a date out of range, nesting
+    ///   too deep).
     public static func segment(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
     ) throws(EventValidationError) -> SegmentBatchFormat {

@@ -1,7 +1,7 @@
 import Foundation
 
-/// Spool's own body, the default: every column of every event, for a
-/// collector you run yourself.
+/// Spool's own body, the default (``BatchFormat/spool``): every column of
+/// every event, for a collector you run yourself.
 ///
 /// ```json
 /// {"sentAt":"2026-11-29T10:15:31.002Z","events":[
@@ -24,9 +24,6 @@ public struct SpoolBatchFormat: BatchFormat {
     /// No body is larger, before compression: the collector's documented
     /// limit, and what the collector parses.
     @_spi(FormatAuthoring) public static let maximumBodyBytes = 3_500_000
-
-    /// Spool's format; it has no settings.
-    public init() {}
 
     @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
         body.append(contentsOf: #"{"sentAt":"#.utf8)

@@ -6,6 +6,10 @@ import Foundation
 
 /// Sends Spool's upload requests: the way to plug in your own HTTP stack.
 ///
+/// Part of the transport authors' interface, with ``UploadRequest``,
+/// ``UploadResponse`` and the `transport:` initializer of
+/// ``DefaultEventDispatcher``: `@_spi(TransportAuthoring) import Spool`.
+///
 /// Spool builds every request — the batch body in the collector's format,
 /// gzip, `Content-Type`, authentication, `User-Agent`, your headers — and
 /// hands it to the transport; the transport only moves bytes and reports the
@@ -47,7 +51,7 @@ import Foundation
 ///   at least once).
 /// - Spool sends one request at a time per engine; `send` may be called from
 ///   any task.
-public protocol UploadTransport: Sendable {
+@_spi(TransportAuthoring) public protocol UploadTransport: Sendable {
     /// Sends `request` and returns the collector's answer, whatever its status.
     ///
     /// - Throws: only when there is no HTTP answer; the events are kept.
@@ -70,7 +74,7 @@ package protocol CallbackUploadTransport: UploadTransport {
 }
 
 /// One upload, ready to go on the wire: a POST of `body` to `url`.
-public struct UploadRequest: Sendable, Hashable {
+@_spi(TransportAuthoring) public struct UploadRequest: Sendable, Hashable {
     /// The collector endpoint (the engine's `collectorURL`).
     public var url: URL
     /// Every header to send, `Content-Type` included; `Content-Encoding: gzip`
@@ -109,7 +113,9 @@ public struct UploadRequest: Sendable, Hashable {
     }
 }
 
-/// A collector's answer to an upload.
+/// A collector's answer to an upload: what a transport returns and what a
+/// batch format's verdict reads.
+@_spi(FormatAuthoring) @_spi(TransportAuthoring)
 public struct UploadResponse: Sendable, Hashable {
     /// The most of a response body Spool keeps: enough for the per-record
     /// results of a few thousand records.
@@ -160,6 +166,7 @@ public struct UploadResponse: Sendable, Hashable {
     }
 }
 
+@_spi(TransportAuthoring)
 extension UploadRequest {
     /// A `URLRequest` for `URLSession.upload(for:from:)`: POST, every header,
     /// the timeout and (on Apple platforms) the network policy. The body is
