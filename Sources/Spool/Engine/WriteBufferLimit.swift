@@ -34,9 +34,10 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// taken what came before it.
     public var maximumBytes: Int
 
-    /// 8,192 events or 2 MiB, whichever comes first: two commit groups, so
-    /// the writer never waits for work, while a burst of any size holds a
-    /// few megabytes.
+    /// 8,192 events or 1 MiB, whichever comes first: room for the writer's
+    /// next group while it commits one (about 3,500 events of ten
+    /// parameters), so it never waits for work, while a burst of any size
+    /// holds a few megabytes.
     public static let `default` = WriteBufferLimit(
         maximumEvents: EventLog.Limits.standard.events, maximumBytes: EventLog.Limits.standard.bytes)
 
