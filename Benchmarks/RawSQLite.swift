@@ -14,6 +14,9 @@ final class RawSQLite {
         exec("PRAGMA synchronous = \(synchronous)")
         exec("PRAGMA busy_timeout = 5000")
         exec("PRAGMA foreign_keys = ON")
+        // Deletes as Spool's connections make them, whatever the library's
+        // compiled default: drains compare queue logic, not this pragma.
+        exec("PRAGMA secure_delete = FAST")
     }
 
     deinit {

@@ -17,9 +17,9 @@ extension Connection {
     package func eraseAll() throws -> Int64 {
         try execute("PRAGMA secure_delete = ON")
         defer {
-            // try?: turning secure deletion off again only costs speed if it
-            // fails; nothing is lost or kept.
-            try? execute("PRAGMA secure_delete = OFF")
+            // try?: going back to routine secure deletion only costs speed
+            // if it fails; nothing is lost or kept.
+            try? execute(Self.routineSecureDelete)
         }
         return try transaction {
             let head = try headPosition()

@@ -14,6 +14,22 @@ struct ConnectionTests {
         #expect(try connection.scalarInt("PRAGMA synchronous") == 1)
         #expect(try connection.scalarInt("PRAGMA busy_timeout") == 5_000)
         #expect(try connection.scalarInt("PRAGMA foreign_keys") == 1)
+        // FAST (2), whatever the library's compiled default (ON on Debian).
+        #expect(try connection.scalarInt("PRAGMA secure_delete") == 2)
+    }
+
+    /// An erasure leaves the connection's routine secure deletion as it
+    /// found it (its own transaction turns it fully on: the privacy tests
+    /// scan the files for an erased marker).
+    @Test func erasureLeavesRoutineSecureDeletion() throws {
+        let directory = TemporaryDirectory()
+        let connection = try Connection(path: directory.databaseURL.path, options: ConnectionOptions())
+        defer { connection.close() }
+        _ = try Migrator(migrations: Migration.embedded).migrate(connection)
+        try connection.execute(
+            "INSERT INTO events (seq, id, name, parameters, recorded_at) VALUES (1, 'a', 'e', '{}', 0)")
+        try connection.eraseAll()
+        #expect(try connection.scalarInt("PRAGMA secure_delete") == 2)
     }
 
     @Test(
