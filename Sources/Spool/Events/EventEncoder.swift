@@ -127,7 +127,7 @@ struct EventEncoder {
         // fixed order makes the output deterministic.
         try withUnsafeTemporaryAllocation(of: Entry.self, capacity: object.count) {
             (entries) throws(EventValidationError) in
-            let base = entries.baseAddress!
+            guard let base = entries.baseAddress else { return }  // no entries
             var count = 0
             for entry in object {
                 (base + count).initialize(to: entry)

@@ -17,7 +17,8 @@ extension Array: JSONOutput where Element == UInt8 {
 /// ``EventEncoder`` writes an event's parameters into, on the caller's
 /// thread of every `record`.
 ///
-/// Not a value type: the owner calls ``deallocate()`` exactly once.
+/// Copies share one allocation: its owner calls ``deallocate()`` exactly
+/// once, when done with every copy.
 struct ByteBuffer: JSONOutput {
     private(set) var base: UnsafeMutablePointer<UInt8>
     private(set) var count = 0
