@@ -361,6 +361,11 @@ final class ManualClock: SpoolClock {
     /// How many timers have run so far.
     var timersRun: Int { state.withLock { $0.ran } }
 
+    /// How many timers wait to fire exactly `seconds` from now.
+    func timersPending(dueIn seconds: Double) -> Int {
+        state.withLock { state in state.timers.count { $0.at == state.now + seconds } }
+    }
+
     func schedule(after delay: TimeInterval, on queue: DispatchQueue, _ body: @escaping @Sendable () -> Void) {
         state.withLock { $0.timers.append(Timer(at: $0.now + max(0, delay), queue: queue, body: body)) }
     }

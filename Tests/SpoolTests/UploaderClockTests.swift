@@ -5,7 +5,7 @@ import Testing
 
 /// The uploader's timers — the retry after a failure, the periodic flush —
 /// run on the database's clock, so these tests move time instead of
-/// sleeping (D1, D3).
+/// sleeping (D1, D3, D8).
 @Suite("Uploader timers on the clock", .needsChildProcesses)
 struct UploaderClockTests {
     @Test("D1: the backoff is measured on the clock, and the retry comes when the clock reaches it")
@@ -69,6 +69,55 @@ struct UploaderClockTests {
         #expect(try await engine.uploadStatistics().pending == 2, "a suspended timer started a flush")
         clock.advance(by: 300)
         #expect(await delivered(second), "the timer stopped after a suspended firing")
+        await engine.close()
+    }
+
+    /// A custom dispatcher that answers every batch at once with 200, or,
+    /// while `silent`, never calls its completion.
+    final class SilentOrInstantDispatcher: EventDispatcher, BatchingPolicy {
+        let silent = Protected(true)
+        let batches = Protected(0)
+        let batchSize = 100
+        let timerInterval: TimeInterval = 3_600
+        let maxQueueSize = 10_000
+        func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
+            batches.withLock { $0 += 1 }
+            guard !silent.withLock({ $0 }) else { return }
+            completionHandler?(.response(status: 200, retryAfter: nil, message: nil))
+        }
+        func flushEvents() {}
+    }
+
+    @Test("D8: a dispatcher that never answers is given up on after 60 s of the clock; one that answers at once leaves no timer")
+    func silentDispatcherTimesOut() async throws {
+        let directory = TemporaryDirectory()
+        let clock = ManualClock()
+        let dispatcher = SilentOrInstantDispatcher()
+        var configuration = EngineConfiguration(
+            database: .file(directory.url.appendingPathComponent("events.sqlite")),
+            collectorURL: URL(string: "http://127.0.0.1:9/unused")!, dispatcher: dispatcher,
+            retryPolicy: RetryPolicy(initialDelay: 3_600))
+        configuration.clock = clock
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        _ = try recordEvents(engine, 4)
+        // The four, and the session's start.
+        #expect(try await waitUntil(asking: { try await engine.uploadStatistics().pending == 5 }))
+
+        let silentFlush = Task { try await engine.flush() }
+        #expect(try await waitUntil { dispatcher.batches.withLock { $0 } == 1 })
+        #expect(clock.timersPending(dueIn: 60) == 1, "no timeout waits on the silent dispatcher")
+        clock.advance(by: 59)
+        #expect(try await engine.uploadStatistics().pending == 5)
+        clock.advance(by: 1)
+        await #expect(throws: UploadError.self) { try await silentFlush.value }
+        #expect(try await engine.uploadStatistics().pending == 5, "a batch nobody answered left the queue")
+
+        dispatcher.silent.withLock { $0 = false }
+        try await engine.flush()
+        #expect(try await engine.uploadStatistics().pending == 0)
+        #expect(dispatcher.batches.withLock { $0 } == 2)
+        #expect(clock.timersPending(dueIn: 60) == 0, "an answer that came at once left a timeout timer behind")
         await engine.close()
     }
 }

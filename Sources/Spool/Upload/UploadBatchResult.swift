@@ -72,6 +72,9 @@ final class UploadResultCenter: Sendable {
     }
 
     func publish(_ result: UploadBatchResult) {
+        // Nobody to tell: no hop to the delivery queue for every request. A
+        // stream opened from now on gets the results from now on.
+        guard handler != nil || !streams.isEmpty else { return }
         queue.async { [handler, streams] in
             handler?(result)
             streams.send(result, to: AllResults())

@@ -191,6 +191,9 @@ extension Uploader {
                     cancel = { task.cancel() }
                 }
             }
+            // A dispatcher or transport that answered at once needs neither
+            // a way to abandon the request nor a timer.
+            guard !once.withLock({ $0 }) else { return }
             inFlightAbandon.withLock { abandon in
                 abandon = {
                     cancel()
