@@ -88,7 +88,7 @@ struct UploaderClockTests {
         func flushEvents() {}
     }
 
-    @Test("D8: a dispatcher that never answers is given up on after 60 s of the clock; one that answers at once leaves no timer")
+    @Test("D8: a silent dispatcher is given up on after 60 s of the clock; an instant answer leaves no timer")
     func silentDispatcherTimesOut() async throws {
         let directory = TemporaryDirectory()
         let clock = ManualClock()
