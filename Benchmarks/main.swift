@@ -130,6 +130,13 @@ if let phase {
         print("drain:", formatNumber(rate), "events/s")
     case "upload-memory":
         try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
+    case "pipeline-caller":
+        // The caller's side with identity and two middlewares, for a profiler.
+        let pipeline = PipelineBenchmarks(quick: quick, report: report)
+        for withPipeline in [false, true] {
+            let cost = try await pipeline.callerCost(count: 1_000_000, pipeline: withPipeline)
+            print("caller side, pipeline \(withPipeline):", formatNumber(cost), "µs")
+        }
     case "record":
         // record() until durable alone, for a profiler (perf record … spool-bench --phase record).
         try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()

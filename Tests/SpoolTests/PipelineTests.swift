@@ -59,7 +59,17 @@ struct PipelineTests {
         #expect(try await Self.stored(engine).map(\.name) == ["kept"])
         #expect(engine.diagnosticCounts.occurrences[.eventDroppedByMiddleware] == 1)
         #expect(engine.diagnosticCounts.events[.eventDroppedByMiddleware] == 1)
+        // Counted above with nobody listening; a stream opened now hears
+        // the next drop, message and all.
+        let heard = Protected<[SpoolDiagnostic]>([])
+        let stream = engine.diagnostics()
+        let reader = Task { for await diagnostic in stream { heard.withLock { $0.append(diagnostic) } } }
+        #expect(try engine.record("debug_swipe") == .droppedByMiddleware(reason: "sampled out"))
+        #expect(try await waitUntil { !heard.withLock(\.isEmpty) }, "a stream opened later heard nothing")
+        #expect(heard.withLock { $0.map(\.message) } == ["debug_swipe: sampled out"])
+        #expect(engine.diagnosticCounts.occurrences[.eventDroppedByMiddleware] == 2)
         await engine.close()
+        reader.cancel()
     }
 
     struct ScrubberFailed: Error {}

@@ -6,8 +6,8 @@ public struct DiagnosticCounts: Sendable, Hashable {
     /// Events per kind.
     public internal(set) var events: [SpoolDiagnostic.Kind: Int] = [:]
 
-    mutating func add(_ diagnostic: SpoolDiagnostic) {
-        occurrences[diagnostic.kind, default: 0] += 1
-        events[diagnostic.kind, default: 0] += diagnostic.eventCount
+    mutating func add(_ kind: SpoolDiagnostic.Kind, eventCount: Int) {
+        occurrences[kind, default: 0] += 1
+        events[kind, default: 0] += eventCount
     }
 }

@@ -20,18 +20,32 @@ final class DiagnosticsCenter: Sendable {
     }
 
     func report(_ diagnostic: SpoolDiagnostic) {
-        counts.withLock { $0.add(diagnostic) }
+        counts.withLock { $0.add(diagnostic.kind, eventCount: diagnostic.eventCount) }
+        guard isHeard else { return }
         queue.async { [handler, streams] in
             handler?(diagnostic)
             streams.send(diagnostic, to: AllDiagnostics())
         }
     }
 
+    /// Counts a diagnostic; its message is only written when a handler or
+    /// a stream will read it (a middleware that samples events out reports
+    /// one per dropped event).
     func report(
-        _ kind: SpoolDiagnostic.Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String
+        _ kind: SpoolDiagnostic.Kind, eventCount: Int = 0, error: (any Error)? = nil,
+        _ message: @autoclosure () -> String
     ) {
-        report(SpoolDiagnostic(kind, eventCount: eventCount, error: error, message))
+        guard isHeard else {
+            counts.withLock { $0.add(kind, eventCount: eventCount) }
+            return
+        }
+        report(SpoolDiagnostic(kind, eventCount: eventCount, error: error, message()))
     }
+
+    /// Whether a handler or a stream reads diagnostics: without either,
+    /// reporting one only counts it, with no hop to the delivery queue. A
+    /// stream opened from now on gets the diagnostics from now on.
+    private var isHeard: Bool { handler != nil || !streams.isEmpty }
 
     var snapshot: DiagnosticCounts { counts.withLock { $0 } }
 
