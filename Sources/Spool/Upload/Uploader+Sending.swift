@@ -152,22 +152,27 @@ extension Uploader {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
         let sentAt = now
         let answer = await withCheckedContinuation { continuation in
-            let once = Protected(false)
+            // Whether an answer came, and until then what stops the request
+            // early. The first answer drops the stopping closure: the timer
+            // below holds this state for the whole dispatch timeout, and must
+            // not keep a finished request's task (about 2 KB each, one per
+            // request) alive that long.
+            let state = Protected<(answered: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
             let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
-                let first = once.withLock { answered in
-                    defer { answered = true }
-                    return !answered
+                let first = state.withLock { state in
+                    defer { state = (true, nil) }
+                    return !state.answered
                 }
                 if first { continuation.resume(returning: answer) }
             }
             // What stops the request early, and who was asked.
-            let cancel: @Sendable () -> Void
+            let stop: @Sendable () -> Void
             let sender: String
             switch client.sender {
             case .dispatcher(let dispatcher):
                 // Called from here: a dispatcher that answers at once costs
                 // no thread hop.
-                (cancel, sender) = ({}, "dispatcher")
+                (stop, sender) = ({}, "dispatcher")
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
             case .transport(let transport):
@@ -177,7 +182,7 @@ extension Uploader {
                 {
                     // Nothing to do off the database queue: sent from here,
                     // and the answer comes back with one hop.
-                    cancel = callback.send(request) { finish(UploadClient.answer($0)) }
+                    stop = callback.send(request) { finish(UploadClient.answer($0)) }
                 } else {
                     // A task, not structured work: gzip and the header provider
                     // run off the database queue, and a transport that ignores
@@ -188,12 +193,17 @@ extension Uploader {
                                 through: transport, url: url, body: batch.body, eventCount: batch.count,
                                 compress: compress))
                     }
-                    cancel = { task.cancel() }
+                    stop = { task.cancel() }
                 }
             }
             // A dispatcher or transport that answered at once needs neither
             // a way to abandon the request nor a timer.
-            guard !once.withLock({ $0 }) else { return }
+            let answered = state.withLock { state in
+                if !state.answered { state.stop = stop }
+                return state.answered
+            }
+            guard !answered else { return }
+            let cancel: @Sendable () -> Void = { state.withLock { $0.stop }?() }
             inFlightAbandon.withLock { abandon in
                 abandon = {
                     cancel()
