@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import Spool
+@_spi(TransportAuthoring) @testable import Spool
 @testable import SpoolStorage
 
 /// The uploader's timers — the retry after a failure, the periodic flush —
@@ -118,6 +118,53 @@ struct UploaderClockTests {
         #expect(try await engine.uploadStatistics().pending == 0)
         #expect(dispatcher.batches.withLock { $0 } == 2)
         #expect(clock.timersPending(dueIn: 60) == 0, "an answer that came at once left a timeout timer behind")
+        await engine.close()
+    }
+
+    /// Answers every request with a 200 a moment later, from another queue;
+    /// the cancel closure it hands back holds a `Handle`, whose release is
+    /// counted.
+    final class LaterTransport: CallbackUploadTransport {
+        final class Handle: Sendable {
+            let released: Protected<Int>
+            init(_ released: Protected<Int>) { self.released = released }
+            deinit { released.withLock { $0 += 1 } }
+        }
+
+        let (sent, released) = (Protected(0), Protected(0))
+
+        func send(_ request: UploadRequest) async throws -> UploadResponse { UploadResponse(status: 200) }
+
+        func send(
+            _ request: UploadRequest, completion: @escaping @Sendable (Result<UploadResponse, any Error>) -> Void
+        ) -> @Sendable () -> Void {
+            sent.withLock { $0 += 1 }
+            let handle = Handle(released)
+            DispatchQueue.global().async { completion(.success(UploadResponse(status: 200))) }
+            return { withExtendedLifetime(handle) {} }
+        }
+    }
+
+    @Test("D8: an answered request is let go at once; its dispatch timer does not keep it for the timeout")
+    func answeredRequestIsReleased() async throws {
+        let directory = TemporaryDirectory()
+        let transport = LaterTransport()
+        let dispatcher = DefaultEventDispatcher(
+            timerInterval: 3_600, request: UploadRequestOptions(compression: .identity), transport: transport)
+        let engine = EventEngine(
+            configuration: .uploading(
+                to: URL(string: "http://127.0.0.1:9/unused")!, dispatcher: dispatcher, in: directory.url))
+        try await engine.start()
+        for round in 0..<3 {
+            _ = try recordEvents(engine, 2, prefix: "r\(round)_")
+            try await engine.flush()
+        }
+        #expect(try await engine.uploadStatistics().pending == 0)
+        #expect(transport.sent.withLock { $0 } >= 3)
+        // Each request's timer waits 65 s; the requests were answered long before.
+        #expect(
+            try await waitUntil { transport.released.withLock { $0 } == transport.sent.withLock { $0 } },
+            "answered requests are still held: \(transport.released.withLock { $0 }) of \(transport.sent.withLock { $0 }) let go")
         await engine.close()
     }
 }
