@@ -25,7 +25,14 @@ extension EventLog {
         guard let delay else { return }
         database.asyncAfter(delay) { [weak self] connection in
             guard let self, let connection else { return }
-            self.state.withLock { $0.shrinkScheduled = false }
+            let writing = self.state.withLock { state in
+                state.shrinkScheduled = false
+                return state.buffer.writerScheduled
+            }
+            // The writer went idle in the middle of a burst and is busy
+            // again: truncating now would leave the rest of the burst in a
+            // WAL too small to ask for another shrink. Try again later.
+            guard !writing else { return self.scheduleShrink() }
             self.shrinkStep(connection)
         }
     }

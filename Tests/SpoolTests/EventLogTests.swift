@@ -206,6 +206,44 @@ struct EventLogTests {
         log.database.close()
     }
 
+    @Test("a shrink that comes while the writer is busy waits for it to be idle, then truncates the WAL")
+    func aShrinkWaitsForTheWriter() async throws {
+        let directory = TemporaryDirectory()
+        let database = try DatabaseQueue(path: directory.databaseURL.path)
+        let clock = ManualClock()
+        database.clock = clock
+        let log = EventLog(database: database)
+        log.shrinkDelay = 1
+        let json = "{\"padding\":\"" + String(repeating: "x", count: 2_400) + "\"}"
+        let wal = directory.databaseURL.path + "-wal"
+        func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? -1 }
+        func append(_ count: Int) throws {
+            for _ in 0..<count { try log.append(EventRecord(name: "bulk", parametersJSON: json, recordedAt: 1)) }
+        }
+        // Past the 4 MiB checkpoint threshold: the idle writer asks for a shrink.
+        try append(2_500)
+        try await log.waitUntilAllDurable()
+        #expect(try await waitUntil { clock.timersPending(dueIn: 1) == 1 }, "no shrink was asked for")
+        // The shrink fires while the queue is held, and a new event is
+        // appended behind it: the writer is busy when the shrink runs.
+        let hold = DispatchSemaphore(value: 0)
+        database.async { _ in hold.wait() }
+        clock.advance(by: 1)
+        try append(1)
+        hold.signal()
+        try await log.waitUntilAllDurable()
+        #expect(clock.timersPending(dueIn: 1) == 1, "the shrink did not wait for the writer")
+        // (A shrink that meets the background checkpoint tries again a
+        // second later: time moves on while waiting.)
+        #expect(
+            try await waitUntil {
+                clock.advance(by: 1)
+                return walBytes() == 0
+            }, "the WAL still holds \(walBytes()) bytes")
+        await log.close()
+        log.database.close()
+    }
+
     @Test func aFailedCommitFailsItsWaitersAndKeepsTheEventsBuffered() async throws {
         let directory = TemporaryDirectory()
         let database = try DatabaseQueue(path: directory.databaseURL.path)

@@ -162,9 +162,10 @@ struct UploaderClockTests {
         #expect(try await engine.uploadStatistics().pending == 0)
         #expect(transport.sent.withLock { $0 } >= 3)
         // Each request's timer waits 65 s; the requests were answered long before.
+        let (sent, released) = (transport.sent, transport.released)
         #expect(
-            try await waitUntil { transport.released.withLock { $0 } == transport.sent.withLock { $0 } },
-            "answered requests are still held: \(transport.released.withLock { $0 }) of \(transport.sent.withLock { $0 }) let go")
+            try await waitUntil { released.withLock { $0 } == sent.withLock { $0 } },
+            "answered requests are still held: \(released.withLock { $0 }) of \(sent.withLock { $0 }) let go")
         await engine.close()
     }
 }
