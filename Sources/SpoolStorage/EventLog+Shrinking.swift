@@ -10,9 +10,9 @@ extension EventLog {
     static let shrinkStepBytes = 4 << 20
 
     /// Gives the space a drained log no longer needs back to the file system,
-    /// ``shrinkDelay`` seconds after the first drain that asks: free
-    /// pages go in steps of ``shrinkStepBytes`` between commits, then the WAL
-    /// is truncated. A file made before incremental auto-vacuum is rebuilt
+    /// ``shrinkDelay`` seconds after the first drain that asks, once the
+    /// writer has nothing to commit: free pages go in steps of
+    /// ``shrinkStepBytes`` between commits, then the WAL is truncated. A file made before incremental auto-vacuum is rebuilt
     /// once, when the log is empty (its cost is what is left: the history).
     package func scheduleShrink() {
         let delay = state.withLock { state -> TimeInterval? in
@@ -27,11 +27,13 @@ extension EventLog {
             guard let self, let connection else { return }
             let writing = self.state.withLock { state in
                 state.shrinkScheduled = false
-                return state.buffer.writerScheduled
+                return state.buffer.writerScheduled && state.buffer.consecutiveFailures == 0
             }
             // The writer went idle in the middle of a burst and is busy
             // again: truncating now would leave the rest of the burst in a
-            // WAL too small to ask for another shrink. Try again later.
+            // WAL too small to ask for another shrink. Try again later. (A
+            // writer whose commits fail, on a full disk, does not hold the
+            // space back.)
             guard !writing else { return self.scheduleShrink() }
             self.shrinkStep(connection)
         }

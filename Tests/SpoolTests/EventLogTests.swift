@@ -216,6 +216,7 @@ struct EventLogTests {
         log.shrinkDelay = 1
         let json = "{\"padding\":\"" + String(repeating: "x", count: 2_400) + "\"}"
         let wal = directory.databaseURL.path + "-wal"
+        // -1 when the WAL cannot be read: never mistaken for a truncated one.
         func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? -1 }
         func append(_ count: Int) throws {
             for _ in 0..<count { try log.append(EventRecord(name: "bulk", parametersJSON: json, recordedAt: 1)) }
