@@ -20,12 +20,7 @@ final class DiagnosticsCenter: Sendable {
     }
 
     func report(_ diagnostic: SpoolDiagnostic) {
-        counts.withLock { $0.add(diagnostic.kind, eventCount: diagnostic.eventCount) }
-        guard isHeard else { return }
-        queue.async { [handler, streams] in
-            handler?(diagnostic)
-            streams.send(diagnostic, to: AllDiagnostics())
-        }
+        report(diagnostic.kind, eventCount: diagnostic.eventCount) { diagnostic }
     }
 
     /// Counts a diagnostic; its message is only written when a handler or
@@ -35,11 +30,17 @@ final class DiagnosticsCenter: Sendable {
         _ kind: SpoolDiagnostic.Kind, eventCount: Int = 0, error: (any Error)? = nil,
         _ message: @autoclosure () -> String
     ) {
-        guard isHeard else {
-            counts.withLock { $0.add(kind, eventCount: eventCount) }
-            return
+        report(kind, eventCount: eventCount) { SpoolDiagnostic(kind, eventCount: eventCount, error: error, message()) }
+    }
+
+    private func report(_ kind: SpoolDiagnostic.Kind, eventCount: Int, _ diagnostic: () -> SpoolDiagnostic) {
+        counts.withLock { $0.add(kind, eventCount: eventCount) }
+        guard isHeard else { return }
+        let diagnostic = diagnostic()
+        queue.async { [handler, streams] in
+            handler?(diagnostic)
+            streams.send(diagnostic, to: AllDiagnostics())
         }
-        report(SpoolDiagnostic(kind, eventCount: eventCount, error: error, message()))
     }
 
     /// Whether a handler or a stream reads diagnostics: without either,
