@@ -306,16 +306,18 @@ extension Connection {
         // oldest, which reads the rows deleted now and one more, not the
         // whole table (reading `events_before` steps over `event_ids`, a
         // few kilobytes per row). The newest row stays, whatever its size.
+        // Two statements, not a DELETE with a subquery: SQLite gives that
+        // one a statement journal, which with 16 KiB pages spills to a
+        // temporary file on most requests.
         let events = before + Int64(record.eventCount)
-        try withStatement(
-            """
-            DELETE FROM upload_batches WHERE id < max(?1, coalesce((SELECT id FROM upload_batches \
-            WHERE events_before >= ?2 ORDER BY id LIMIT 1), ?3))
-            """
-        ) { statement in
-            try statement.bind(id - Self.uploadBatchesKept + 1, at: 1)
-            try statement.bind(events - Self.uploadBatchEventsKept, at: 2)
-            try statement.bind(id, at: 3)
+        let withinEvents = try withStatement(
+            "SELECT id FROM upload_batches WHERE events_before >= ? ORDER BY id LIMIT 1"
+        ) { statement -> Int64 in
+            try statement.bind(events - Self.uploadBatchEventsKept, at: 1)
+            return try statement.step() ? statement.int64(at: 0) : id
+        }
+        try withStatement("DELETE FROM upload_batches WHERE id < ?") { statement in
+            try statement.bind(max(id - Self.uploadBatchesKept + 1, withinEvents), at: 1)
             try statement.step()
         }
     }
