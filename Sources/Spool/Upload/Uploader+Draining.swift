@@ -36,7 +36,7 @@ extension Uploader {
                 if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let uploaded { _ = try saveAndRead(uploaded, read: false) }
+        if let uploaded { _ = try saveAndRead(uploaded, read: false) } else { try saveNotes() }
     }
 
     /// Throws a retryable error when the file was salvaged since the last
@@ -57,7 +57,9 @@ extension Uploader {
     /// In one transaction: saves the uploader's position at `through`
     /// (deleting the prefix every consumer finished), takes or renews the
     /// lease, and reads the next batch after the position *in the database*.
-    /// With nothing left to send the lease is given up.
+    /// With nothing left to send the lease is given up. The records of
+    /// earlier requests are written with it once ``recordsPerWrite`` wait,
+    /// or when the pass ends.
     func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         // A batch read from a file that was since salvaged (positions closed
@@ -66,10 +68,9 @@ extension Uploader {
         let generation = log.database.fileGeneration
         let uploaded = generation == readGeneration ? uploaded : nil
         readGeneration = generation
-        let records = takeRecords()
-        let (step, position, head, passed) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64, Int64) in
-                try connection.recordUploadBatches(records)
+        let records = unsavedRecords
+        let (step, position, head, passed, wroteRecords) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool) in
                 var passed: Int64 = 0
                 if let uploaded {
                     // Events the queue bound dropped while their request was
@@ -80,33 +81,52 @@ extension Uploader {
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
-                guard read else {
-                    try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head, passed)
-                }
-                let now = self.now
-                if let lease = try connection.acquireLease(
-                    consumer, owner: owner, now: now, duration: settings.leaseDuration)
-                {
-                    return (.heldElsewhere(lease), position, head, passed)
-                }
-                switch try UploadBatch.read(
-                    after: position, limit: settings.batchSize, anyFormat: format, from: connection)
-                {
-                case .batch(let batch)?: return (.batch(batch), position, head, passed)
-                case .oversized(let at, let bytes)?:
-                    return (.oversized(position: at, bytes: bytes), position, head, passed)
-                case nil:
-                    try connection.releaseLease(consumer, owner: owner)
-                    return (.empty, position, head, passed)
-                }
+                let step = try nextStep(read ? position : nil, connection, consumer, owner, settings, format)
+                // The records of requests are written in groups, and when the
+                // pass ends: each write rewrites the newest and the oldest
+                // pages of `upload_batches`, whose rows are a few kilobytes.
+                var passEnds = true
+                if case .batch = step { passEnds = false }
+                let write = !records.isEmpty && (passEnds || records.count >= Self.recordsPerWrite)
+                if write { try connection.recordUploadBatches(records) }
+                return (step, position, head, passed, write)
             }
         }
+        if wroteRecords { unsavedRecords.removeFirst(records.count) }
         counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
             signals.head = max(signals.head, head)
         }
         return step
+    }
+
+    /// How many requests' records wait in memory before they are written to
+    /// `upload_batches`; a pass writes what waits when it ends.
+    static let recordsPerWrite = 16
+
+    /// Inside the transaction of ``saveAndRead(_:read:)``: takes or renews
+    /// the lease and reads the batch after `position`; with nothing to read
+    /// (or `position` nil: the pass ends), gives the lease up.
+    private nonisolated func nextStep(
+        _ position: Int64?, _ connection: Connection, _ consumer: String, _ owner: String, _ settings: Settings,
+        _ format: any BatchFormat
+    ) throws -> Step {
+        guard let position else {
+            try connection.releaseLease(consumer, owner: owner)
+            return .empty
+        }
+        if let lease = try connection.acquireLease(
+            consumer, owner: owner, now: now, duration: settings.leaseDuration)
+        {
+            return .heldElsewhere(lease)
+        }
+        switch try UploadBatch.read(after: position, limit: settings.batchSize, anyFormat: format, from: connection) {
+        case .batch(let batch)?: return .batch(batch)
+        case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
+        case nil:
+            try connection.releaseLease(consumer, owner: owner)
+            return .empty
+        }
     }
 }

@@ -119,8 +119,8 @@ extension Uploader {
     }
 
     /// Records one request's result: published to the result handler and
-    /// streams now, written to `upload_batches` with the uploader's next
-    /// transaction.
+    /// streams now, written to `upload_batches` with a later transaction of
+    /// the uploader (``unsavedRecords``).
     func note(
         _ batch: UploadBatch, _ exchanged: Exchange, _ outcome: UploadBatchResult.Outcome, detail: String? = nil
     ) {

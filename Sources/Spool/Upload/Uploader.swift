@@ -107,7 +107,8 @@ actor Uploader {
     let deadLetterLimits: DeadLetterLimits
     /// Where each request's result goes (nil: nobody listens).
     let results: UploadResultCenter?
-    /// Results not yet in `upload_batches`: written with the next transaction.
+    /// Results not yet in `upload_batches`: written with the uploader's
+    /// transaction once ``recordsPerWrite`` wait, and when a pass ends.
     var unsavedRecords: [UploadBatchRecord] = []
     /// What says whether the system has a network path (nil: nothing does).
     private let networkPath: (any NetworkPathSource)?
