@@ -340,3 +340,25 @@ struct EventEncoderTests {
         return object
     }
 }
+
+extension EventEncoderTests {
+    /// Strings are scanned eight bytes at a time: each byte JSON escapes,
+    /// and some it must not, at every offset of a 24-byte string, one or
+    /// two of them, come out as Foundation's reader reads them back.
+    @Test func everyEscapeAtEveryOffset() throws {
+        let special: [Character] = (0..<0x20).map { Character(Unicode.Scalar($0)) } + ["\"", "\\", "\u{7F}", "é", "/"]
+        for character in special {
+            for offset in 0..<24 {
+                var characters = Array(repeating: Character("a"), count: 24)
+                characters[offset] = character
+                characters[(offset + 9) % 24] = character
+                let text = String(characters)
+                let json = try EventEncoder.encode(["k": .string(text)])
+                let parsed = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: String]
+                #expect(parsed == ["k": text], "\(json)")
+                let escapes = character.asciiValue.map { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C } ?? false
+                #expect(json.utf8.contains(0x5C) == escapes, "\(json)")
+            }
+        }
+    }
+}

@@ -205,9 +205,9 @@ struct EventEncoder {
     static func appendJSONString(_ utf8: UnsafeRawBufferPointer, to bytes: inout some JSONOutput) {
         bytes.append(UInt8(ascii: "\""))
         var runStart = 0
-        for index in 0..<utf8.count {
+        var index = firstToEscape(in: utf8, from: 0)
+        while index < utf8.count {
             let byte = utf8[index]
-            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
             bytes.appendBytes(UnsafeRawBufferPointer(rebasing: utf8[runStart..<index]))
             runStart = index + 1
             bytes.append(UInt8(ascii: "\\"))
@@ -227,9 +227,41 @@ struct EventEncoder {
                 bytes.append(hex.utf8Start[Int(byte >> 4)])
                 bytes.append(hex.utf8Start[Int(byte & 0xF)])
             }
+            index = firstToEscape(in: utf8, from: runStart)
         }
         bytes.appendBytes(UnsafeRawBufferPointer(rebasing: utf8[runStart...]))
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// The index of the first byte at or after `start` that JSON escapes (a
+    /// control character, `"` or `\`), or `utf8.count`. Eight bytes at a
+    /// time while none of them is one: ids and names rarely hold any.
+    @inline(__always)
+    static func firstToEscape(in utf8: UnsafeRawBufferPointer, from start: Int) -> Int {
+        var index = start
+        while index + 8 <= utf8.count, !mayNeedEscaping(utf8.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+            index += 8
+        }
+        while index < utf8.count {
+            let byte = utf8[index]
+            if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return index }
+            index += 1
+        }
+        return index
+    }
+
+    /// False only when none of the eight bytes of `word` is below 0x20, `"`
+    /// or `\` (bitwise tests on all eight at once; true when one is).
+    @inline(__always)
+    static func mayNeedEscaping(_ word: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits: UInt64 = 0x8080_8080_8080_8080
+        let below20 = (word &- ones &* 0x20) & ~word
+        let quotes = word ^ (ones &* 0x22)
+        let backslashes = word ^ (ones &* 0x5C)
+        let isQuote = (quotes &- ones) & ~quotes
+        let isBackslash = (backslashes &- ones) & ~backslashes
+        return (below20 | isQuote | isBackslash) & highBits != 0
     }
 
     private mutating func writeInt(_ int: Int) {

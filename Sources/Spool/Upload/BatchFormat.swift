@@ -119,7 +119,7 @@ extension BatchFormat {
         if let session = row.session {
             EventEncoder.appendJSONString(session, to: &body)
         } else {
-            body.append(contentsOf: "null".utf8)
+            body.append(literal: "null")
         }
     }
 
@@ -175,12 +175,12 @@ extension BatchFormat {
     /// Appends the identity's traits: a JSON object, as stored (`{}` without
     /// an identity).
     public func appendTraits(to body: inout [UInt8]) {
-        if let traits = row.traits { body.append(contentsOf: traits) } else { body.append(contentsOf: "{}".utf8) }
+        if let traits = row.traits { body.append(contentsOf: traits) } else { body.append(literal: "{}") }
     }
 
     /// Appends the context: a JSON object, as stored (`{}` without one).
     public func appendContext(to body: inout [UInt8]) {
-        if let context = row.context { body.append(contentsOf: context) } else { body.append(contentsOf: "{}".utf8) }
+        if let context = row.context { body.append(contentsOf: context) } else { body.append(literal: "{}") }
     }
 
     /// Appends the members of the context object, without its braces
@@ -203,10 +203,10 @@ extension BatchFormat {
     @discardableResult
     func appendIdentityMembers(to body: inout [UInt8]) -> Bool {
         guard hasIdentity else { return false }
-        body.append(contentsOf: #""anonymousId":"#.utf8)
+        body.append(literal: #""anonymousId":"#)
         appendAnonymousID(to: &body)
         if row.userID != nil {
-            body.append(contentsOf: #","userId":"#.utf8)
+            body.append(literal: #","userId":"#)
             appendUserID(to: &body)
         }
         return true
@@ -225,7 +225,7 @@ extension BatchFormat {
     }
 
     private static func appendStringOrNull(_ bytes: UnsafeRawBufferPointer?, to body: inout [UInt8]) {
-        if let bytes { EventEncoder.appendJSONString(bytes, to: &body) } else { body.append(contentsOf: "null".utf8) }
+        if let bytes { EventEncoder.appendJSONString(bytes, to: &body) } else { body.append(literal: "null") }
     }
 
     /// Appends `string` as a JSON string literal, escaped per RFC 8259.

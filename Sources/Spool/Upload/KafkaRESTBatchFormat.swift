@@ -62,24 +62,24 @@ public struct KafkaRESTBatchFormat: BatchFormat {
     @_spi(FormatAuthoring) public var compressesByDefault: Bool { false }
 
     @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"records":["#.utf8)
+        body.append(literal: #"{"records":["#)
     }
 
     @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"key":"#.utf8)
+        body.append(literal: #"{"key":"#)
         switch key {
         case .user:
             if event.userId != nil { event.appendUserID(to: &body) } else { event.appendAnonymousID(to: &body) }
         case .session:
             event.appendSession(to: &body)
         }
-        body.append(contentsOf: #","value":"#.utf8)
+        body.append(literal: #","value":"#)
         SpoolBatchFormat.appendObject(event, to: &body)
         body.append(UInt8(ascii: "}"))
     }
 
     @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: "]}".utf8)
+        body.append(literal: "]}")
     }
 
     @_spi(FormatAuthoring) public func verdict(for response: UploadResponse, eventCount: Int) -> UploadVerdict {

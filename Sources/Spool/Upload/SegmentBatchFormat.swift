@@ -82,7 +82,7 @@ public struct SegmentBatchFormat: BatchFormat {
         var identity: [UInt8] = Array(#""anonymousId":"#.utf8)
         EventEncoder.appendJSONString(anonymousId, to: &identity)
         if let userId {
-            identity.append(contentsOf: #","userId":"#.utf8)
+            identity.append(literal: #","userId":"#)
             EventEncoder.appendJSONString(userId, to: &identity)
         }
         self.identity = identity
@@ -110,40 +110,40 @@ public struct SegmentBatchFormat: BatchFormat {
     @_spi(FormatAuthoring) public var maximumEventBytes: Int? { Self.maximumMessageBytes }
 
     @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"batch":["#.utf8)
+        body.append(literal: #"{"batch":["#)
     }
 
     @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"type":"#.utf8)
+        body.append(literal: #"{"type":"#)
         event.appendType(to: &body)
         switch event.type {
         case .track, .screen:
             // A track names its event, a screen the screen.
-            body.append(contentsOf: (event.type == .track ? #","event":"# : #","name":"#).utf8)
+            body.append(literal: event.type == .track ? #","event":"# : #","name":"#)
             event.appendName(to: &body)
-            body.append(contentsOf: #","properties":"#.utf8)
+            body.append(literal: #","properties":"#)
             event.appendParameters(to: &body)
         case .identify:
-            body.append(contentsOf: #","traits":"#.utf8)
+            body.append(literal: #","traits":"#)
             event.appendParameters(to: &body)
         case .group:
-            body.append(contentsOf: #","groupId":"#.utf8)
+            body.append(literal: #","groupId":"#)
             event.appendTarget(to: &body)
-            body.append(contentsOf: #","traits":"#.utf8)
+            body.append(literal: #","traits":"#)
             event.appendParameters(to: &body)
         case .alias:
-            body.append(contentsOf: #","previousId":"#.utf8)
+            body.append(literal: #","previousId":"#)
             if event.target != nil { event.appendTarget(to: &body) } else { event.appendAnonymousID(to: &body) }
         }
-        body.append(contentsOf: #","messageId":"#.utf8)
+        body.append(literal: #","messageId":"#)
         event.appendID(to: &body)
-        body.append(contentsOf: #","timestamp":"#.utf8)
+        body.append(literal: #","timestamp":"#)
         event.appendTimestamp(to: &body)
         body.append(UInt8(ascii: ","))
         if !event.appendIdentityMembers(to: &body) { body.append(contentsOf: identity) }
         var hasMembers: Bool
         if event.hasContext {
-            body.append(contentsOf: #","context":{"#.utf8)
+            body.append(literal: #","context":{"#)
             hasMembers = event.appendContextMembers(to: &body)
             if !event.contextHasMember("library") {
                 if hasMembers { body.append(UInt8(ascii: ",")) }
@@ -156,14 +156,14 @@ public struct SegmentBatchFormat: BatchFormat {
         }
         if event.hasSession {
             if hasMembers { body.append(UInt8(ascii: ",")) }
-            body.append(contentsOf: #""sessionId":"#.utf8)
+            body.append(literal: #""sessionId":"#)
             event.appendSession(to: &body)
         }
-        body.append(contentsOf: "}}".utf8)
+        body.append(literal: "}}")
     }
 
     @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: #"],"sentAt":"#.utf8)
+        body.append(literal: #"],"sentAt":"#)
         BatchEvent.appendTimestamp(sentAt, to: &body)
         body.append(contentsOf: closing)
     }

@@ -26,9 +26,9 @@ public struct SpoolBatchFormat: BatchFormat {
     @_spi(FormatAuthoring) public static let maximumBodyBytes = 3_500_000
 
     @_spi(FormatAuthoring) public func appendPrologue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"sentAt":"#.utf8)
+        body.append(literal: #"{"sentAt":"#)
         BatchEvent.appendTimestamp(sentAt, to: &body)
-        body.append(contentsOf: #","events":["#.utf8)
+        body.append(literal: #","events":["#)
     }
 
     @_spi(FormatAuthoring) public func append(_ event: BatchEvent, to body: inout [UInt8]) {
@@ -36,7 +36,7 @@ public struct SpoolBatchFormat: BatchFormat {
     }
 
     @_spi(FormatAuthoring) public func appendEpilogue(sentAt: Date, to body: inout [UInt8]) {
-        body.append(contentsOf: "]}".utf8)
+        body.append(literal: "]}")
     }
 
     /// `{"id":…,"name":…,"timestamp":…,"session":…,"parameters":{…}}`: the
@@ -44,28 +44,28 @@ public struct SpoolBatchFormat: BatchFormat {
     /// carry it.
     @inline(__always)
     static func appendObject(_ event: BatchEvent, to body: inout [UInt8]) {
-        body.append(contentsOf: #"{"id":"#.utf8)
+        body.append(literal: #"{"id":"#)
         event.appendID(to: &body)
-        body.append(contentsOf: #","type":"#.utf8)
+        body.append(literal: #","type":"#)
         event.appendType(to: &body)
-        body.append(contentsOf: #","name":"#.utf8)
+        body.append(literal: #","name":"#)
         event.appendName(to: &body)
-        body.append(contentsOf: #","timestamp":"#.utf8)
+        body.append(literal: #","timestamp":"#)
         event.appendTimestamp(to: &body)
-        body.append(contentsOf: #","session":"#.utf8)
+        body.append(literal: #","session":"#)
         event.appendSession(to: &body)
-        body.append(contentsOf: #","parameters":"#.utf8)
+        body.append(literal: #","parameters":"#)
         event.appendParameters(to: &body)
         if event.hasIdentity {
             body.append(UInt8(ascii: ","))
             event.appendIdentityMembers(to: &body)
         }
         if event.target != nil {
-            body.append(contentsOf: #","target":"#.utf8)
+            body.append(literal: #","target":"#)
             event.appendTarget(to: &body)
         }
         if event.hasContext {
-            body.append(contentsOf: #","context":"#.utf8)
+            body.append(literal: #","context":"#)
             event.appendContext(to: &body)
         }
         body.append(UInt8(ascii: "}"))
