@@ -180,7 +180,7 @@ struct UploadFormatBenchmarks {
     /// unless given): events per second.
     func drain(
         _ backlog: Scratch, count: Int, format: some BatchFormat, compression: UploadCompression,
-        stub: StubTransport, transport: (any UploadTransport)? = nil
+        stub: StubTransport, transport: (any UploadTransport)? = nil, beforeDrain: () -> Void = {}
     ) async throws -> Double {
         let scratch = try Scratch(copying: backlog, "format-drain")
         stub.status.withLock { $0 = 500 }
@@ -192,6 +192,7 @@ struct UploadFormatBenchmarks {
         let pending = try await engine.uploadStatistics().pending
         precondition(pending >= count, "the copy holds \(pending) of \(count) events")
         return try await DrainBenchmarks.timeDrain(engine, of: pending, in: scratch.database) {
+            beforeDrain()
             stub.status.withLock { $0 = 200 }
         }
     }

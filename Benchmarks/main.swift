@@ -121,11 +121,22 @@ if let phase {
     case "drain":
         // The stubbed drain alone, for a profiler: fills, and with
         // `--variant stop` stops itself (SIGSTOP) so that a profiler can
-        // attach, then drains on SIGCONT.
-        let rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000) {
-            guard variant == "stop" else { return }
+        // attach, then drains on SIGCONT; `--variant format[-stop]` drains
+        // varied events through the Spool format and a stub transport.
+        let stop = {
+            guard variant?.hasSuffix("stop") == true else { return }
             FileHandle.standardOutput.write(Data("FILLED \(getpid())\n".utf8))
             raise(SIGSTOP)
+        }
+        let rate: Double
+        if variant?.hasPrefix("format") == true {
+            let formats = UploadFormatBenchmarks(quick: quick, report: report)
+            let backlog = try await formats.fill(count: 200_000, format: .spool)
+            rate = try await formats.drain(
+                backlog, count: 200_000, format: .spool, compression: .identity,
+                stub: UploadFormatBenchmarks.StubTransport(), beforeDrain: stop)
+        } else {
+            rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000, beforeDrain: stop)
         }
         print("drain:", formatNumber(rate), "events/s")
     case "upload-memory":
