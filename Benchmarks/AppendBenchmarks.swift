@@ -157,7 +157,8 @@ struct AppendBenchmarks {
             Row(
                 area: "append", name: "cost at 1M backlog / cost at 10k backlog", value: large.median / small.median,
                 unit: "×",
-                detail: "interval \(formatNumber(low))–\(formatNumber(high)) from each median's interval of \(rounds) rounds",
+                detail:
+                    "interval \(formatNumber(low))–\(formatNumber(high)) from each median's interval of \(rounds) rounds",
                 target: 1.2, comparison: .atMost, low: low, high: high, rounds: rounds))
         report.add(
             Row(
