@@ -62,28 +62,37 @@ enum ISO8601Milliseconds {
     }
 
     /// Appends the date `milliseconds` after 1970, which must be in
-    /// `earliestMilliseconds...latestMilliseconds`.
+    /// `earliestMilliseconds...latestMilliseconds`: its 24 characters are
+    /// put together on the stack and appended at once.
     static func append(milliseconds: Int64, to bytes: inout some JSONOutput) {
         let (days, millisecondOfDay) = floorDivide(milliseconds, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let second = millisecondOfDay / 1000
-        twoDigits(year / 100, into: &bytes)
-        twoDigits(year % 100, into: &bytes)
-        bytes.append(UInt8(ascii: "-"))
-        twoDigits(month, into: &bytes)
-        bytes.append(UInt8(ascii: "-"))
-        twoDigits(day, into: &bytes)
-        bytes.append(UInt8(ascii: "T"))
-        twoDigits(second / 3600, into: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        twoDigits(second / 60 % 60, into: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        twoDigits(second % 60, into: &bytes)
-        bytes.append(UInt8(ascii: "."))
         let millisecond = millisecondOfDay % 1000
-        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: millisecond / 100))
-        twoDigits(millisecond % 100, into: &bytes)
-        bytes.append(UInt8(ascii: "Z"))
+        var text: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &text) { text in
+            func put(_ value: Int64, at offset: Int) {
+                text[offset] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10)
+                text[offset + 1] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+            }
+            put(year / 100, at: 0)
+            put(year % 100, at: 2)
+            text[4] = UInt8(ascii: "-")
+            put(month, at: 5)
+            text[7] = UInt8(ascii: "-")
+            put(day, at: 8)
+            text[10] = UInt8(ascii: "T")
+            put(second / 3600, at: 11)
+            text[13] = UInt8(ascii: ":")
+            put(second / 60 % 60, at: 14)
+            text[16] = UInt8(ascii: ":")
+            put(second % 60, at: 17)
+            text[19] = UInt8(ascii: ".")
+            text[20] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: millisecond / 100)
+            put(millisecond % 100, at: 21)
+            text[23] = UInt8(ascii: "Z")
+            bytes.appendBytes(UnsafeRawBufferPointer(text))
+        }
     }
 
     private static func floorDivide(_ value: Int64, _ divisor: Int64) -> (Int64, Int64) {
@@ -107,12 +116,5 @@ enum ISO8601Milliseconds {
         let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
         let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
         return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
-    }
-
-    /// Appends `value`, in 0...99, as two digits.
-    @inline(__always)
-    private static func twoDigits(_ value: Int64, into bytes: inout some JSONOutput) {
-        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10))
-        bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10))
     }
 }
