@@ -12,6 +12,8 @@ import SpoolStorage
 /// `upload_batches` table with the ids of their events
 /// (`upload_batches_readable` at the `sqlite3` prompt), so "was event X
 /// sent, and what did the collector say?" has an answer after a restart.
+/// The rows are written 16 requests at a time and when a flush ends: a
+/// crash can leave out the last 15 requests' rows, never their events.
 public struct UploadBatchResult: Sendable, Hashable {
     /// What Spool did with the request's events.
     public enum Outcome: String, Sendable, Hashable, CaseIterable {
