@@ -12,8 +12,9 @@ extension EventLog {
     /// Gives the space a drained log no longer needs back to the file system,
     /// ``shrinkDelay`` seconds after the first drain that asks, once the
     /// writer has nothing to commit: free pages go in steps of
-    /// ``shrinkStepBytes`` between commits, then the WAL is truncated. A file made before incremental auto-vacuum is rebuilt
-    /// once, when the log is empty (its cost is what is left: the history).
+    /// ``shrinkStepBytes`` between commits, then the WAL is truncated. A
+    /// file made before incremental auto-vacuum is rebuilt once, when the log
+    /// is empty (its cost is what is left: the history).
     package func scheduleShrink() {
         let delay = state.withLock { state -> TimeInterval? in
             // The first drain sets the time; later ones do not push it back

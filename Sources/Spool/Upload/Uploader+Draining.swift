@@ -11,6 +11,12 @@ extension Uploader {
         case oversized(position: Int64, bytes: Int)
         case empty
         case heldElsewhere(ConsumerLease)
+
+        /// Anything but a batch to send ends the pass.
+        var endsPass: Bool {
+            if case .batch = self { return false }
+            return true
+        }
     }
 
     func drain(force: Bool) async throws {
@@ -85,9 +91,7 @@ extension Uploader {
                 // The records of requests are written in groups, and when the
                 // pass ends: each write rewrites the newest and the oldest
                 // pages of `upload_batches`, whose rows are a few kilobytes.
-                var passEnds = true
-                if case .batch = step { passEnds = false }
-                let write = !records.isEmpty && (passEnds || records.count >= Self.recordsPerWrite)
+                let write = !records.isEmpty && (step.endsPass || records.count >= Self.recordsPerWrite)
                 if write { try connection.recordUploadBatches(records) }
                 return (step, position, head, passed, write)
             }
