@@ -183,4 +183,36 @@ extension CollectorBoundaryAdversaryTests {
         #expect(notFound == 0, "\(notFound) of the 4 events are not found by the documented query")
         await engine.close()
     }
+
+    @Test(
+        "C6: a flush that ends on a database error keeps its requests' rows in memory, and eraseAllData forgets them: upload_batches never names an erased event"
+    )
+    func erasureForgetsUnwrittenRequestRows() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, requestTimeout: 30)
+        try await engine.start()
+        let erased = try recordEvents(engine, 3, prefix: "erased")
+        try await engine.settle()
+        let flush = Task { try await engine.flush() }
+        #expect(try await collector.waitForHeld())
+        // Another process holds the write lock while the answer comes: the
+        // transaction that would write the request's row fails (busy).
+        let path = try #require(engine.databaseQueue?.path)
+        let other = try Connection(path: path, options: ConnectionOptions(busyTimeoutMilliseconds: 0))
+        try other.execute("BEGIN IMMEDIATE")
+        try await collector.control(["release": 200])
+        await #expect(throws: (any Error).self) { try await flush.value }
+        try other.execute("ROLLBACK")
+        other.close()
+        try await engine.eraseAllData()
+        let later = try recordEvents(engine, 1, prefix: "later")
+        #expect(await Self.flushes(engine, 3))
+        var named = 0
+        for id in erased where try await !Self.rowsFound(for: id, engine).isEmpty { named += 1 }
+        #expect(named == 0, "\(named) of the 3 erased events are named in upload_batches after the erasure")
+        #expect(try await Self.rowsFound(for: later[0], engine).count == 1)
+        await engine.close()
+    }
 }

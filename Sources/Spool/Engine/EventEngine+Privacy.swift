@@ -39,6 +39,9 @@ extension EventEngine {
         let waiting = state.withLock { $0.gates.takeWaiting() }
         for entry in waiting { entry.settle?(.failed(SpoolError.erased)) }
         try await quiescingUploads {
+            // Rows of requests not yet written to `upload_batches` (a flush
+            // that ended on a database error) name the events erased here.
+            await uploaderBox.withLock { $0 }?.forgetUnsavedRecords()
             do {
                 try await log.waitUntilAllDurable()
             } catch StorageError.notYetCommitted {

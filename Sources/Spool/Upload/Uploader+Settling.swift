@@ -150,6 +150,12 @@ extension Uploader {
         return unsavedRecords
     }
 
+    /// Drops the records not yet written: erasure deletes every request's
+    /// record, and these name the erased events. Call while paused.
+    func forgetUnsavedRecords() {
+        unsavedRecords.removeAll()
+    }
+
     /// Writes the records not yet written, in a transaction of their own.
     func saveNotes() throws {
         guard !unsavedRecords.isEmpty else { return }
