@@ -60,9 +60,11 @@ extension Uploader {
         let deadLettered = try log.database.onQueue { connection in
             try connection.transaction { () -> Int in
                 try connection.recordUploadBatches(records)
-                let letters = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through)
-                    .filter { rejected[$0.seq] != nil }
-                let byReason = Dictionary(grouping: letters) { rejected[$0.seq].map { "\($0.status ?? 0) \($0.reason)" } ?? "" }
+                let read = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through)
+                let letters = read.filter { rejected[$0.seq] != nil }
+                let byReason = Dictionary(grouping: letters) { letter in
+                    rejected[letter.seq].map { "\($0.status ?? 0) \($0.reason)" } ?? ""
+                }
                 for group in byReason.values {
                     guard let refusal = group.first.flatMap({ rejected[$0.seq] }) else { continue }
                     try connection.deadLetter(
@@ -93,7 +95,8 @@ extension Uploader {
         if evicted > 0 {
             diagnostics.report(
                 .deadLettersEvicted, eventCount: evicted,
-                "\(evicted) dead letters were removed by their bounds (count \(limits.maximumCount.map(String.init) ?? "none"), age \(limits.maximumAge.map { "\(Int($0)) s" } ?? "none"))")
+                "\(evicted) dead letters were removed by their bounds (count \(limits.maximumCount.map(String.init) ?? "none"), "
+                    + "age \(limits.maximumAge.map { "\(Int($0)) s" } ?? "none"))")
         }
     }
 
