@@ -179,11 +179,21 @@ extension EventLog {
                 type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
+            // The message type and target, bound only when they change: the
+            // statement keeps its bindings between rows, and a bound text is
+            // SQLite's own copy (an allocation each time).
+            var boundMessage: (type: String, target: String?)?
             // Through a buffer pointer: reading an element of the slice
             // would copy its record (a retain and release per string).
             try group.withUnsafeBufferPointer { group in
                 for offset in group.indices {
                     seq += 1
+                    let message = (type: group[offset].record.type, target: group[offset].record.target)
+                    if boundMessage.map({ $0.type != message.type || $0.target != message.target }) ?? true {
+                        try insert.bind(message.type, at: 9)
+                        try insert.bind(message.target, at: 10)
+                        boundMessage = message
+                    }
                     try insert.bind(bytesTotal, at: 8)
                     bytesTotal += Int64(group[offset].record.boundBytes)
                     if stamps.count > 0 {
@@ -259,9 +269,10 @@ extension EventLog {
 }
 
 extension EventLog.Pending {
-    /// Binds this event to the prepared insert and steps it. The id is
-    /// formatted on the stack and every text is bound without a copy: all of
-    /// it stays valid until the step inside these scopes.
+    /// Binds this event to the prepared insert and steps it (the caller
+    /// binds its message type and target). The id is formatted on the stack
+    /// and every text is bound without a copy: all of it stays valid until
+    /// the step inside these scopes.
     func insert(as seq: Int64, with insert: Statement) throws {
         var (name, json, session) = (record.name, record.parametersJSON, record.sessionID)
         try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
@@ -273,8 +284,6 @@ extension EventLog.Pending {
                     try insert.bindTextNoCopy(json, at: 4)
                     try insert.bind(record.recordedAt, at: 5)
                     try insert.bind(record.priority, at: 7)
-                    try insert.bind(record.type, at: 9)
-                    try insert.bind(record.target, at: 10)
                     if session == nil {
                         try insert.bindNull(at: 6)
                         try insert.step()
