@@ -122,7 +122,8 @@ if let phase {
         // The stubbed drain alone, for a profiler: fills, and with
         // `--variant stop` stops itself (SIGSTOP) so that a profiler can
         // attach, then drains on SIGCONT; `--variant format[-stop]` drains
-        // varied events through the Spool format and a stub transport.
+        // varied events through the Spool format (or `format-segment`,
+        // `format-kafka-rest`) and a stub transport.
         let stop = {
             guard variant?.hasSuffix("stop") == true else { return }
             FileHandle.standardOutput.write(Data("FILLED \(getpid())\n".utf8))
@@ -131,9 +132,13 @@ if let phase {
         let rate: Double
         if variant?.hasPrefix("format") == true {
             let formats = UploadFormatBenchmarks(quick: quick, report: report)
-            let backlog = try await formats.fill(count: 200_000, format: .spool)
+            // `format-segment` and `format-kafka-rest` pick the other formats.
+            let (_, format) = try UploadFormatBenchmarks.formats().first {
+                variant?.contains($0.0.lowercased().replacingOccurrences(of: " ", with: "-")) == true
+            } ?? ("Spool", SpoolBatchFormat.spool)
+            let backlog = try await formats.fill(count: 200_000, format: format)
             rate = try await formats.drain(
-                backlog, count: 200_000, format: .spool, compression: .identity,
+                backlog, count: 200_000, format: format, compression: .identity,
                 stub: UploadFormatBenchmarks.StubTransport(), beforeDrain: stop)
         } else {
             rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000, beforeDrain: stop)
