@@ -39,9 +39,6 @@ extension EventEngine {
         let waiting = state.withLock { $0.gates.takeWaiting() }
         for entry in waiting { entry.settle?(.failed(SpoolError.erased)) }
         try await quiescingUploads {
-            // Rows of requests not yet written to `upload_batches` (a flush
-            // that ended on a database error) name the events erased here.
-            await uploaderBox.withLock { $0 }?.forgetUnsavedRecords()
             do {
                 try await log.waitUntilAllDurable()
             } catch StorageError.notYetCommitted {
@@ -64,6 +61,9 @@ extension EventEngine {
                     }
                 }
             }
+            // Rows of requests not yet written to `upload_batches` (a flush
+            // that ended on a database error) name the events just erased.
+            await uploaderBox.withLock { $0 }?.forgetUnsavedRecords()
             events.durables.erased(through: head)
             deleteDamagedCopies()
         }
