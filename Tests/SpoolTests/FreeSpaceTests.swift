@@ -84,3 +84,105 @@ struct FreeSpaceTests {
         await engine.close()
     }
 }
+
+extension FreeSpaceTests {
+    @Test(
+        "P6: on a full disk a drain's shrink runs while the writer retries, and the space it gives back lets the buffered events commit",
+        .enabled(if: SmallFileSystem.canMount, "mounting a tmpfs needs root and CAP_SYS_ADMIN; skipped without them"))
+    func aShrinkIsNotHeldBackByAFailingWriter() async throws {
+        let directory = TemporaryDirectory()
+        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 32)
+        defer { mount.unmount() }
+        let path = mount.url.appendingPathComponent("spool.sqlite").path
+        let database = try DatabaseQueue(path: path)
+        // The shrink's timer and the writer's retries run when the test says.
+        let clock = ManualClock()
+        database.clock = clock
+        // Room for the whole group while its commits fail.
+        let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
+        log.shrinkDelay = 1
+        let failures = Protected((commits: 0, codes: Set<SQLiteError.ResultCode>(), shrinks: [String]()))
+        log.setFailureHandler { failure in
+            switch failure {
+            case .commitFailed(let error, _):
+                failures.withLock {
+                    $0.commits += 1
+                    if let code = (error as? SQLiteError)?.resultCode { $0.codes.insert(code) }
+                }
+            case .shrinkFailed(let error): failures.withLock { $0.shrinks.append("\(error)") }
+            default: break
+            }
+        }
+        // An event fills a 16 KiB page.
+        let json = "{\"pad\":\"" + String(repeating: "x", count: 15_000) + "\"}"
+        func append(_ count: Int) throws -> [AppendReceipt] {
+            try (0..<count).map { _ in try log.append(EventRecord(name: "big", parametersJSON: json, recordedAt: 1)) }
+        }
+        // -1 when the WAL cannot be read: never mistaken for a truncated one.
+        func walBytes() -> Int {
+            (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? -1
+        }
+        func pages() async throws -> (count: Int, free: Int) {
+            try await database.run { (try $0.scalarInt("PRAGMA page_count"), try $0.freePageCount()) }
+        }
+
+        // 10 MB of events. The idle writer asks for a shrink (the WAL passed
+        // its checkpoint threshold), which truncates the WAL (a shrink that
+        // meets the background checkpoint tries again a second later).
+        _ = try append(600)
+        try await log.waitUntilAllDurable()
+        #expect(try await waitUntil { clock.timersPending(dueIn: 1) == 1 }, "no shrink was asked for")
+        #expect(
+            try await waitUntil {
+                clock.advance(by: 1)
+                return walBytes() == 0
+            }, "the WAL still holds \(walBytes()) bytes")
+        // Drained: the file keeps 10 MB of free pages.
+        try await database.run { connection in
+            try connection.execute("DELETE FROM events")
+            try connection.truncateWAL()
+        }
+        let drained = try await pages()
+        #expect(drained.free >= 600, "\(drained)")
+
+        // 6 MiB left on the volume: a group of 7 MB does not fit in the WAL
+        // (the free pages inside the file do not help a WAL that must grow).
+        // The shrink needs room in the WAL too: each 4 MiB step dirties the
+        // pages it frees, SQLite spills those the 2 MiB page cache cannot
+        // hold into the WAL, and the file gives them back only once they
+        // are checkpointed (between 4.5 and 5 MiB of room for these 10 MB).
+        // Once the group commits, copying it into the file needs its size
+        // again beside the WAL: 14 MB of the 16 MB free after the shrink.
+        let free = try #require(FreeSpace.available(at: path))
+        let filler = mount.url.appendingPathComponent("filler")
+        try Data(count: Int(free) - 6 << 20).write(to: filler)
+        // One group: the queue is held while it is appended.
+        let hold = DispatchSemaphore(value: 0)
+        database.async { _ in hold.wait() }
+        let group = try append(420)
+        hold.signal()
+        #expect(try await waitUntil { failures.withLock { $0.commits } >= 1 }, "the group committed")
+        #expect(failures.withLock { $0.codes } == [.full])
+        #expect(try await waitUntil { clock.timersPending(dueIn: 0.05) == 1 }, "the writer is not retrying")
+
+        // The shrink comes while the writer retries: the retry due first
+        // fails again, and the shrink runs anyway.
+        log.scheduleShrink()
+        clock.advance(by: 1)
+        let committed = try await waitUntil(timeout: 10) {
+            clock.advance(by: 1)
+            return try await log.readEvents(after: 600, limit: 1_000).map(\.id) == group.map(\.id)
+        }
+        #expect(committed, "the group is still buffered after \(failures.withLock { $0.commits }) failed commits")
+        let (commits, shrinks) = failures.withLock { ($0.commits, $0.shrinks) }
+        #expect(commits >= 2 && shrinks == [], "\(commits) failed commits; shrinks failed: \(shrinks)")
+        // The free pages went back to the file system before the group
+        // committed: it did not reuse them (the file would keep its 617
+        // pages), the file grew again from its live pages.
+        let after = try await pages()
+        #expect(after.count < drained.count - 32, "drained \(drained), then \(after)")
+        try FileManager.default.removeItem(at: filler)  // the last attempt at close cannot fail
+        await log.close()
+        database.close()
+    }
+}
