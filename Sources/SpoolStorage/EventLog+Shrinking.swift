@@ -6,8 +6,13 @@ extension EventLog {
     /// Free space the file keeps rather than give back (page churn between
     /// bursts would only grow it again).
     static let keptFreeBytes = 1 << 20
-    /// Pages given back per step, so a commit never waits long behind one.
-    static let shrinkStepBytes = 4 << 20
+    /// Pages given back per step, so a commit never waits long behind one:
+    /// half the page cache. The pages a step frees stay dirty in the cache
+    /// until its commit, which leaves those past the file's new end out of
+    /// the WAL; a step larger than the cache would spill them into the WAL
+    /// first, and on a full disk, where giving space back matters most,
+    /// there is no room for that.
+    static let shrinkStepBytes = Connection.pageCacheKibibytes * 1_024 / 2
 
     /// Gives the space a drained log no longer needs back to the file system,
     /// ``shrinkDelay`` seconds after the first drain that asks, once the

@@ -145,21 +145,17 @@ extension FreeSpaceTests {
         let drained = try await pages()
         #expect(drained.free >= 600, "\(drained)")
 
-        // 6 MiB left on the volume: a group of 7 MB does not fit in the WAL
-        // (the free pages inside the file do not help a WAL that must grow).
-        // The shrink needs room in the WAL too: each 4 MiB step dirties the
-        // pages it frees, SQLite spills those the 2 MiB page cache cannot
-        // hold into the WAL, and the file gives them back only once they
-        // are checkpointed (between 4.5 and 5 MiB of room for these 10 MB).
-        // Once the group commits, copying it into the file needs its size
-        // again beside the WAL: 14 MB of the 16 MB free after the shrink.
+        // 512 KiB left on the volume: a group of 1.6 MB does not fit in the
+        // WAL (the free pages inside the file do not help a WAL that must
+        // grow). The shrink needs only a few pages of WAL: its steps stay
+        // within the page cache, so the pages they free are never written.
         let free = try #require(FreeSpace.available(at: path))
         let filler = mount.url.appendingPathComponent("filler")
-        try Data(count: Int(free) - 6 << 20).write(to: filler)
+        try Data(count: Int(free) - 512 << 10).write(to: filler)
         // One group: the queue is held while it is appended.
         let hold = DispatchSemaphore(value: 0)
         database.async { _ in hold.wait() }
-        let group = try append(420)
+        let group = try append(100)
         hold.signal()
         #expect(try await waitUntil { failures.withLock { $0.commits } >= 1 }, "the group committed")
         #expect(failures.withLock { $0.codes } == [.full])
