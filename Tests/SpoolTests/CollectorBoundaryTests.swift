@@ -103,7 +103,7 @@ struct CollectorBoundaryTests {
             })
         try await collector.control(["path_status": [String: Int]()])
         #expect(
-            await collector.waitFor(timeout: 15) { requests in
+            await collector.waitFor { requests in
                 Set(requests.filter { $0.status == 200 }.flatMap(\.ids)).isSuperset(of: ids)
             })
         #expect(try await deadLetterCount(engine) == 0)
