@@ -96,7 +96,7 @@ extension Uploader {
                 return (step, position, head, passed, write)
             }
         }
-        if wroteRecords { unsavedRecords.removeFirst(records.count) }
+        if wroteRecords { recordsWritten(records.count) }
         counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position

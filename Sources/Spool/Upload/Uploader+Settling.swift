@@ -56,7 +56,7 @@ extension Uploader {
             return (retry, left)
         }
         try checkSameFileAsRead()
-        let (consumer, limits, records) = (Self.consumerID, deadLetterLimits, takeRecords())
+        let (consumer, limits, records) = (Self.consumerID, deadLetterLimits, unsavedRecords)
         let deadLettered = try log.database.onQueue { connection in
             try connection.transaction { () -> Int in
                 try connection.recordUploadBatches(records)
@@ -75,6 +75,7 @@ extension Uploader {
                 return letters.count
             }
         }
+        recordsWritten(records.count)
         signals.withLock { $0.position = max($0.position, through) }
         counters.uploaded += accepted
         if deadLettered > 0 {
@@ -147,10 +148,11 @@ extension Uploader {
                 bodyBytes: batch.body.count, durationMilliseconds: exchanged.duration * 1_000))
     }
 
-    /// The records not yet written, handed to a transaction.
-    func takeRecords() -> [UploadBatchRecord] {
-        defer { unsavedRecords.removeAll() }
-        return unsavedRecords
+    /// The first `count` records not yet written are in `upload_batches`
+    /// now: a transaction that wrote them committed. (One that failed leaves
+    /// them for the next.)
+    func recordsWritten(_ count: Int) {
+        unsavedRecords.removeFirst(count)
     }
 
     /// Drops the records not yet written: erasure deletes every request's
@@ -162,8 +164,9 @@ extension Uploader {
     /// Writes the records not yet written, in a transaction of their own.
     func saveNotes() throws {
         guard !unsavedRecords.isEmpty else { return }
-        let records = takeRecords()
+        let records = unsavedRecords
         try log.database.onQueue { connection in try connection.recordUploadBatches(records) }
+        recordsWritten(records.count)
     }
 
     /// The `upload_batches.outcome` value.
