@@ -89,6 +89,12 @@ if let phase {
     case "caller":
         // record()'s caller side alone, for a profiler.
         print("caller side, no append:", formatNumber(try await callerSide(2_000_000).wall), "µs")
+    case "caller-append":
+        // record()'s whole caller side, append included, on one thread with
+        // the writer held back until the calls end: for A/B runs of caller
+        // costs without the writer's thread competing for the cores.
+        let (median, cpu) = try await callerWithAppend(200_000)
+        print("caller with append, writer held:", formatNumber(median), "µs median;", formatNumber(cpu), "µs thread CPU")
     case "record-parts":
         // Where record's time goes: the caller's side alone, the writer alone
         // (prebuilt records with history rows), and the whole path.
@@ -252,4 +258,30 @@ func callerSide(_ count: Int) async throws -> (wall: Double, cpu: Double) {
     let cpuPerCall = (processCPUTime() - cpu) / Double(count) * 1e6
     await gated.close()
     return (wall, cpuPerCall)
+}
+
+/// Records `count` events (10 parameters) while a block holds the database
+/// queue, so no commit runs until the calls end; returns the median call and
+/// the calling thread's CPU per call, in µs.
+func callerWithAppend(_ count: Int) async throws -> (median: Double, cpu: Double) {
+    let scratch = Scratch("caller-append")
+    var configuration = EngineConfiguration.unbounded(scratch.database)
+    configuration.writeBuffer = WriteBufferLimit(maximumEvents: count + 1, maximumBytes: 1 << 30)
+    let engine = EventEngine(configuration: configuration)
+    try await engine.start()
+    try await engine.settle()
+    let release = DispatchSemaphore(value: 0)
+    engine.databaseQueue?.async { _ in release.wait() }
+    var calls = Histogram()
+    let cpu = EventLog.threadCPUNanoseconds()
+    for _ in 0..<count {
+        let before = now()
+        try engine.record("purchase", parameters: ListenerBenchmarks.parameters)
+        calls.add(now() - before)
+    }
+    let cpuPerCall = Double(EventLog.threadCPUNanoseconds() - cpu) / Double(count) / 1_000
+    release.signal()
+    try await engine.settle()
+    await engine.close()
+    return (calls.median, cpuPerCall)
 }
