@@ -94,7 +94,8 @@ if let phase {
         // the writer held back until the calls end: for A/B runs of caller
         // costs without the writer's thread competing for the cores.
         let (median, cpu) = try await callerWithAppend(200_000)
-        print("caller with append, writer held:", formatNumber(median), "µs median;", formatNumber(cpu), "µs thread CPU")
+        print(
+            "caller with append, writer held:", formatNumber(median), "µs median;", formatNumber(cpu), "µs thread CPU")
     case "record-parts":
         // Where record's time goes: the caller's side alone, the writer alone
         // (prebuilt records with history rows), and the whole path.
@@ -139,9 +140,10 @@ if let phase {
         if variant?.hasPrefix("format") == true {
             let formats = UploadFormatBenchmarks(quick: quick, report: report)
             // `format-segment` and `format-kafka-rest` pick the other formats.
-            let (_, format) = try UploadFormatBenchmarks.formats().first {
-                variant?.contains($0.0.lowercased().replacingOccurrences(of: " ", with: "-")) == true
-            } ?? ("Spool", SpoolBatchFormat.spool)
+            let (_, format) =
+                try UploadFormatBenchmarks.formats().first {
+                    variant?.contains($0.0.lowercased().replacingOccurrences(of: " ", with: "-")) == true
+                } ?? ("Spool", SpoolBatchFormat.spool)
             let backlog = try await formats.fill(count: 200_000, format: format)
             rate = try await formats.drain(
                 backlog, count: 200_000, format: format, compression: .identity,

@@ -52,21 +52,41 @@ package enum EventID {
         let upper = (milliseconds << 16) | 0x7000 | (high & 0x0FFF)
         // 2-bit variant (10) | 62 random bits
         let lower = (low & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
-        let digits: StaticString = "0123456789abcdef"
-        let table = digits.utf8Start
-        var index = 0
-        func put(_ word: UInt64) {
-            for nibble in stride(from: 15, through: 0, by: -1) {
-                if index == 8 || index == 13 || index == 18 || index == 23 {
-                    buffer[index] = UInt8(ascii: "-")
-                    index += 1
-                }
-                buffer[index] = table[Int((word >> UInt64(nibble * 4)) & 0xF)]
-                index += 1
-            }
+        // 8-4-4-4-12 hex digits: four words of eight digits each, the
+        // middle two split by a dash.
+        func put(_ digits: UInt64, at offset: Int) {
+            buffer.storeBytes(of: digits.bigEndian, toByteOffset: offset, as: UInt64.self)
         }
-        put(upper)
-        put(lower)
+        func put(_ digits: UInt32, at offset: Int) {
+            buffer.storeBytes(of: digits.bigEndian, toByteOffset: offset, as: UInt32.self)
+        }
+        let dash = UInt8(ascii: "-")
+        put(hexDigits(UInt32(truncatingIfNeeded: upper >> 32)), at: 0)
+        buffer[8] = dash
+        let second = hexDigits(UInt32(truncatingIfNeeded: upper))
+        put(UInt32(truncatingIfNeeded: second >> 32), at: 9)
+        buffer[13] = dash
+        put(UInt32(truncatingIfNeeded: second), at: 14)
+        buffer[18] = dash
+        let third = hexDigits(UInt32(truncatingIfNeeded: lower >> 32))
+        put(UInt32(truncatingIfNeeded: third >> 32), at: 19)
+        buffer[23] = dash
+        put(UInt32(truncatingIfNeeded: third), at: 24)
+        put(hexDigits(UInt32(truncatingIfNeeded: lower)), at: 28)
+    }
+
+    /// The eight lowercase hex digits of `value` as ASCII bytes, the most
+    /// significant digit in the most significant byte: each nibble is
+    /// spread into a byte of its own, then all eight become digits at once.
+    @inline(__always)
+    static func hexDigits(_ value: UInt32) -> UInt64 {
+        var spread = UInt64(value)
+        spread = (spread & 0xFFFF_0000) << 16 | (spread & 0xFFFF)
+        spread = (spread & 0x0000_FF00_0000_FF00) << 8 | (spread & 0x0000_00FF_0000_00FF)
+        spread = (spread & 0x00F0_00F0_00F0_00F0) << 4 | (spread & 0x000F_000F_000F_000F)
+        // A nibble of 10 or more gets the distance from '9' + 1 to 'a' (39).
+        let letters = ((spread &+ 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101
+        return spread &+ 0x3030_3030_3030_3030 &+ letters &* 39
     }
 
     /// Milliseconds since 1970 for an id, from seconds: clamped to the 48 bits

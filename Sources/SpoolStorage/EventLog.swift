@@ -201,22 +201,27 @@ package final class EventLog: Sendable {
     ///   ``maximumWaitForRoom`` (the event was not accepted).
     @discardableResult
     package func append(_ record: EventRecord) throws -> AppendReceipt {
+        let bytes = record.bufferedBytes
+        var record: EventRecord? = record
         while true {
-            if let receipt = try tryAppend(record) { return receipt }
-            try waitForRoom(for: record)
+            if let receipt = try tryAppend(&record) { return receipt }
+            try waitForRoom(bytes: bytes)
         }
     }
 
     /// Buffers one event unless the buffer is at its bound and the caller
-    /// should wait for room first (``waitForRoom(for:)``, then try again):
+    /// should wait for room first (``waitForRoom(bytes:)``, then try again):
     /// that is nil. For callers holding a lock of their own, which must not
     /// wait under it. Returns at once.
+    ///
+    /// A buffered `record` is moved into the buffer, not copied: it is nil
+    /// afterwards, and still there when this returns nil or throws.
     ///
     /// - Throws: ``StorageError/closed`` after ``close()``;
     ///   ``StorageError/bufferFull(events:bytes:)`` when the buffer is at its
     ///   bound and commits are failing.
-    package func tryAppend(_ record: EventRecord) throws -> AppendReceipt? {
-        try buffer(record, pastBound: false)
+    package func tryAppend(_ record: inout EventRecord?) throws -> AppendReceipt? {
+        try buffer(&record, pastBound: false)
     }
 
     /// Buffers one event even past the bound, never waiting: for the few
@@ -227,26 +232,29 @@ package final class EventLog: Sendable {
     @discardableResult
     package func appendPastBound(_ record: EventRecord) throws -> AppendReceipt {
         // Past the bound is never "wait for room", so nil cannot come back.
-        guard let receipt = try buffer(record, pastBound: true) else {
+        var record: EventRecord? = record
+        guard let receipt = try buffer(&record, pastBound: true) else {
             throw StorageError.bufferFull(events: bufferedCount, bytes: bufferedBytes)
         }
         return receipt
     }
 
     /// ``tryAppend(_:)``, or with `pastBound` ``appendPastBound(_:)``.
-    private func buffer(_ record: EventRecord, pastBound: Bool) throws -> AppendReceipt? {
-        let bytes = record.bufferedBytes
+    private func buffer(_ record: inout EventRecord?, pastBound: Bool) throws -> AppendReceipt? {
+        guard let (bytes, recordedAt) = record.map({ ($0.bufferedBytes, $0.recordedAt) }) else {
+            preconditionFailure("buffer(_:pastBound:) needs an event")
+        }
         let (action, handler) = state.withLock { state -> (Buffer.Append, (@Sendable (Failure) -> Void)?) in
             // The writer runs on the database queue: code there (a custom
             // dispatcher recording from its callback) cannot wait for it.
-            let action = state.buffer.append(record, bytes: bytes, mayWait: !pastBound && !database.isCurrent)
+            let action = state.buffer.append(&record, bytes: bytes, mayWait: !pastBound && !database.isCurrent)
             guard case .refused = action else { return (action, nil) }
             return (action, state.failureHandler)
         }
         switch action {
         case .taken(let ticket, let random, let startWriter):
             if startWriter { scheduleCommit(after: 0) }
-            return AppendReceipt(ticket: ticket, id: Pending.id(recordedAt: record.recordedAt, random: random))
+            return AppendReceipt(ticket: ticket, id: Pending.id(recordedAt: recordedAt, random: random))
         case .waitForRoom:
             return nil
         case .refused(let events, let bytes):
@@ -257,13 +265,13 @@ package final class EventLog: Sendable {
         }
     }
 
-    /// Waits until `record` fits in the buffer, at most
+    /// Waits until an event of `bytes` (its
+    /// ``EventRecord/bufferedBytes``) fits in the buffer, at most
     /// ``maximumWaitForRoom``.
     ///
     /// - Throws: ``StorageError/bufferFull(events:bytes:)`` when commits are
     ///   failing or no room came in time; ``StorageError/closed``.
-    package func waitForRoom(for record: EventRecord) throws {
-        let needed = record.bufferedBytes
+    package func waitForRoom(bytes needed: Int) throws {
         state.withLock { $0.buffer.startWaitingForRoom() }
         let found = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
             state.buffer.waitForRoomIsOver(for: needed)

@@ -88,13 +88,13 @@ package struct EventRecord: Sendable {
         self.priority = priority
         self.addsToHistory = addsToHistory
         self.stamps = stamps
-        if type != Self.track || target != nil { message = MessageFields(type: type, target: target) }
+        self.message = type != Self.track || target != nil ? MessageFields(type: type, target: target) : nil
     }
 
     /// What the write buffer counts for this event: its name and encoded
     /// parameters, plus what each buffered event costs besides (about 100
     /// bytes: its place in the buffer and the string headers).
-    var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
+    package var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
     /// What it counts for against the queue's byte bound.
     var boundBytes: Int { Connection.boundBytes(name: name, parametersJSON: parametersJSON) }
 }

@@ -83,19 +83,24 @@ struct WriteBuffer<Waiter, PositionWaiter> {
     /// buffer is at its bound: then an appender that `mayWait` is told to
     /// wait for room, one that may not is taken past the bound, and while
     /// commits fail every appender is refused.
+    ///
+    /// A taken record is moved out of `record` (nil afterwards): buffering
+    /// an event retains none of its strings again.
     @inline(__always)
-    mutating func append(_ record: EventRecord, bytes: Int, mayWait: @autoclosure () -> Bool) -> Append {
+    mutating func append(_ record: inout EventRecord?, bytes: Int, mayWait: @autoclosure () -> Bool) -> Append {
         guard !closed else { return .closed }
         if !hasRoom(for: bytes) {
             if consecutiveFailures > 0 { return .refused(events: pending.count, bytes: pendingBytes) }
             if mayWait() { return .waitForRoom }
         }
-        let taken = Pending(ticket: nextTicket, random: (random.next(), random.next()), record: record)
+        guard let moved = record.take() else { preconditionFailure("append(_:) needs an event") }
+        let ticket = nextTicket
+        let random = (high: random.next(), low: random.next())
         nextTicket += 1
-        pending.append(taken)
+        pending.append(Pending(ticket: ticket, random: random, record: moved))
         pendingBytes += bytes
         defer { writerScheduled = true }
-        return .taken(ticket: taken.ticket, random: taken.random, startWriter: !writerScheduled)
+        return .taken(ticket: ticket, random: random, startWriter: !writerScheduled)
     }
 
     enum Room {

@@ -49,19 +49,6 @@ struct EventLogTests {
         }
     }
 
-    @Test func idsAreTimeOrderedVersion7() throws {
-        var random = FastRandom(seed: 42)
-        let id = EventID.make(milliseconds: 1_700_000_000_123, random: random.next(), random.next())
-        #expect(id.count == 36)
-        #expect(Array(id)[14] == "7")
-        #expect("89ab".contains(Array(id)[19]))
-        #expect(EventID.milliseconds(of: id) == 1_700_000_000_123)
-        #expect(UUID(uuidString: id) != nil)
-        let later = EventID.make(milliseconds: 1_700_000_000_124, random: 0, 0)
-        let earlier = EventID.make(milliseconds: 1_700_000_000_123, random: .max, .max)
-        #expect(earlier < later)
-    }
-
     @Test func finishedEventsAreDeletedInRunsOrOnceTheWholeLogIsFinished() async throws {
         let log = EventLog(database: try DatabaseQueue(path: Connection.inMemoryPath))
         defer { log.database.close() }

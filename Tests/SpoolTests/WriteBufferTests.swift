@@ -19,10 +19,17 @@ struct WriteBufferTests {
     @discardableResult
     static func take(_ buffer: inout Buffer, _ name: String = "e", bytes: Int = 0) throws -> UInt64 {
         let record = record(name, bytes: bytes)
-        guard case .taken(let ticket, _, _) = buffer.append(record, bytes: record.bufferedBytes, mayWait: true) else {
+        guard case .taken(let ticket, _, _) = Self.append(&buffer, record, bytes: record.bufferedBytes, mayWait: true)
+        else {
             throw Refusal()
         }
         return ticket
+    }
+
+    /// Offers `record` to `buffer`, which moves it out when it takes it.
+    static func append(_ buffer: inout Buffer, _ record: EventRecord, bytes: Int, mayWait: Bool) -> Buffer.Append {
+        var offered: EventRecord? = record
+        return buffer.append(&offered, bytes: bytes, mayWait: mayWait)
     }
 
     static func isRefusal(_ result: Result<Void, any Error>?) -> Bool {
@@ -36,7 +43,7 @@ struct WriteBufferTests {
     func appendsTakeTicketsInOrder() {
         var buffer = Buffer(limits: .standard)
         let starts = (0..<3).map { _ -> Bool in
-            guard case .taken(_, _, let start) = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
+            guard case .taken(_, _, let start) = Self.append(&buffer, Self.record(), bytes: 10, mayWait: true) else {
                 return false
             }
             return start
@@ -54,29 +61,53 @@ struct WriteBufferTests {
         var buffer = Buffer(limits: EventLog.Limits(events: 2, bytes: 1 << 20))
         try Self.take(&buffer)
         try Self.take(&buffer)
-        guard case .waitForRoom = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
+        guard case .waitForRoom = Self.append(&buffer, Self.record(), bytes: 10, mayWait: true) else {
             Issue.record("not told to wait")
             return
         }
         #expect(buffer.lastTicket == 2, "waiting takes no ticket")
-        guard case .taken = buffer.append(Self.record(), bytes: 10, mayWait: false) else {
+        guard case .taken = Self.append(&buffer, Self.record(), bytes: 10, mayWait: false) else {
             Issue.record("not taken past the bound")
             return
         }
         let group = buffer.takeForCommit().group
         _ = buffer.failed(keeping: group[...])
-        guard case .refused(let events, _) = buffer.append(Self.record(), bytes: 10, mayWait: false) else {
+        guard case .refused(let events, _) = Self.append(&buffer, Self.record(), bytes: 10, mayWait: false) else {
             Issue.record("not refused while failing")
             return
         }
         #expect(events == 3)
     }
 
+    @Test("a taken event is moved into the buffer; one told to wait or refused stays with its appender")
+    func takenEventsAreMovedOthersStay() {
+        var buffer = Buffer(limits: EventLog.Limits(events: 1, bytes: 1 << 20))
+        var first: EventRecord? = Self.record("first")
+        guard case .taken = buffer.append(&first, bytes: 10, mayWait: true) else {
+            Issue.record("not taken")
+            return
+        }
+        #expect(first == nil)
+        #expect(buffer.pending.map(\.record.name) == ["first"])
+        var second: EventRecord? = Self.record("second")
+        guard case .waitForRoom = buffer.append(&second, bytes: 10, mayWait: true) else {
+            Issue.record("not told to wait")
+            return
+        }
+        #expect(second?.name == "second", "kept for the next attempt")
+        _ = buffer.failed(keeping: buffer.takeForCommit().group[...])
+        guard case .refused = buffer.append(&second, bytes: 10, mayWait: true) else {
+            Issue.record("not refused while failing")
+            return
+        }
+        #expect(second?.name == "second")
+    }
+
     @Test("an empty buffer takes an event larger than the byte bound")
     func anOversizedEventIsTakenAlone() throws {
         var buffer = Buffer(limits: EventLog.Limits(events: 100, bytes: 1_000))
         try Self.take(&buffer, bytes: 5_000)
-        guard case .waitForRoom = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
+        guard case .waitForRoom = Self.append(&buffer, Self.record(), bytes: 10, mayWait: true) else {
             Issue.record("a second event joined the oversized one")
             return
         }
@@ -249,7 +280,7 @@ struct WriteBufferTests {
         try Self.take(&buffer)
         let last = buffer.close()
         #expect(last == 1)
-        guard case .closed = buffer.append(Self.record(), bytes: 10, mayWait: true) else {
+        guard case .closed = Self.append(&buffer, Self.record(), bytes: 10, mayWait: true) else {
             Issue.record("taken after close")
             return
         }

@@ -141,12 +141,15 @@ extension EventEngine {
         } catch {
             throw SpoolError.invalidEvent(error)
         }
-        let priority = configuration.priorityEventNames.contains(name)
+        let priority =
+            priorityNameLengths & 1 << (name.utf8.count & 63) != 0 && configuration.priorityEventNames.contains(name)
         let stamps = identities.current
-        var record = EventRecord(
+        // Moved, not copied, into the buffer or the waiting queue.
+        var record: EventRecord? = EventRecord(
             name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
             type: message.type.rawValue, target: message.target, stamps: stamps)
+        let bytes = record?.bufferedBytes ?? 0
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
         // buffer is full, wait for the writer outside the lock and try again.
@@ -155,7 +158,7 @@ extension EventEngine {
                 try gateAndAppend(&record, priority: priority, settle: settle, in: &state)
             }
             guard let accepted else {
-                do { try state.withLock { $0.log }?.waitForRoom(for: record) } catch { throw SpoolError.bridge(error) }
+                do { try state.withLock { $0.log }?.waitForRoom(bytes: bytes) } catch { throw SpoolError.bridge(error) }
                 continue
             }
             accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
@@ -163,33 +166,34 @@ extension EventEngine {
         }
     }
 
-    /// The gates, then the append (or the wait for a session). nil when the
-    /// write buffer has no room: nothing changed, wait and call again.
+    /// The gates, then the append (or the wait for a session), which moves
+    /// `record` out. nil when the write buffer has no room: nothing changed,
+    /// wait and call again.
     private func gateAndAppend(
-        _ record: inout EventRecord, priority: Bool, settle: (@Sendable (WaitingOutcome) -> Void)?,
+        _ record: inout EventRecord?, priority: Bool, settle: (@Sendable (WaitingOutcome) -> Void)?,
         in state: inout State
     ) throws -> Accepted? {
         guard state.phase != .closed else { throw SpoolError.closed }
-        let (log, sessionID): (EventLog, String)
-        switch (state.gates.decide(priority: priority, hasLog: state.log != nil), state.log) {
-        case (.drop(let outcome), _):
-            return Accepted(outcome: outcome)
-        case (.append(let id), let open?):
-            (log, sessionID) = (open, id)
-        case (.wait, _), (.append, nil):
+        let decision = state.gates.decide(priority: priority, hasLog: state.log != nil)
+        guard case .append(let sessionID) = decision, state.log != nil else {
+            if case .drop(let outcome) = decision { return Accepted(outcome: outcome) }
+            guard let waiting = record.take() else { throw SpoolError.closed }  // not reached: only an append takes it
             // Bounded like the log: past it the oldest waiting event gives way.
-            let displaced = state.gates.wait(Waiting(record: record, settle: settle), priority: priority)
+            let displaced = state.gates.wait(Waiting(record: waiting, settle: settle), priority: priority)
             return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
         }
-        record.sessionID = sessionID
+        record?.sessionID = sessionID
+        // The log is used in place and kept only for a caller that waits for
+        // durability: its reference count, which the writer's thread also
+        // moves, is left alone by a plain record().
         let receipt: AppendReceipt?
         do {
-            receipt = try log.tryAppend(record)
+            receipt = try state.log?.tryAppend(&record)
         } catch {
             throw SpoolError.bridge(error)  // not accepted: it does not count toward the session
         }
         guard let receipt else { return nil }
         state.gates.count(priority: priority)
-        return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: log)
+        return Accepted(outcome: .recorded(id: receipt.id), receipt: receipt, log: settle == nil ? nil : state.log)
     }
 }

@@ -51,6 +51,10 @@ public final class EventEngine: Sendable {
     let pipeline = Pipeline()
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
+    /// Bit `n` is set when a priority event name is `n` UTF-8 bytes long
+    /// (modulo 64): most names are not priority, and this answers for them
+    /// without hashing the name.
+    let priorityNameLengths: UInt64
 
     struct State {
         enum Phase { case idle, starting, started, closed }
@@ -125,6 +129,7 @@ public final class EventEngine: Sendable {
     /// events recorded before `start()` wait in memory for the first session.
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
+        priorityNameLengths = configuration.priorityEventNames.reduce(0) { $0 | 1 << ($1.utf8.count & 63) }
         identities = IdentityBook(at: configuration.clock.now)
         let state = Protected(
             State(
