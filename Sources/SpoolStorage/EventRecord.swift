@@ -88,7 +88,7 @@ package struct EventRecord: Sendable {
         self.priority = priority
         self.addsToHistory = addsToHistory
         self.stamps = stamps
-        self.message = type != Self.track || target != nil ? MessageFields(type: type, target: target) : nil
+        if type != Self.track || target != nil { message = MessageFields(type: type, target: target) }
     }
 
     /// What the write buffer counts for this event: its name and encoded

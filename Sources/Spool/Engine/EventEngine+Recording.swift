@@ -177,7 +177,7 @@ extension EventEngine {
         let decision = state.gates.decide(priority: priority, hasLog: state.log != nil)
         guard case .append(let sessionID) = decision, state.log != nil else {
             if case .drop(let outcome) = decision { return Accepted(outcome: outcome) }
-            guard let waiting = record.take() else { throw SpoolError.closed }  // not reached: only an append takes it
+            guard let waiting = record.take() else { preconditionFailure("gateAndAppend(_:) needs an event") }
             // Bounded like the log: past it the oldest waiting event gives way.
             let displaced = state.gates.wait(Waiting(record: waiting, settle: settle), priority: priority)
             return Accepted(outcome: .queuedUntilSessionStart, displaced: displaced)
