@@ -117,9 +117,12 @@ struct ListenerBenchmarks {
         let listener = LatencyListener()
         engine.events.addObserver(listener)
         try await engine.start()
-        let rate = 10_000.0
-        let duration = quick ? 2.0 : 5.0
-        let total = Int(rate * duration)
+        // 10k events/s in rounds of 7,000 (0.7 s): the p99 is judged on the
+        // median of the rounds' p99s, so one stall of the disk or the
+        // scheduler moves one round, not the verdict.
+        let rounds = quick ? 3 : 7
+        let perRound = 7_000
+        let total = rounds * perRound
         // Ten events every millisecond, sleeping in between, as an app under
         // heavy but steady load would (a spinning pacer would take a core).
         let start = now()
@@ -133,8 +136,14 @@ struct ListenerBenchmarks {
         }
         try await engine.settle()
         await engine.close()
-        // The first 100 include start-up; the rest is the steady state.
-        let samples = Samples(values: Array(listener.samples.withLock { $0 }.dropFirst(100)))
+        // Listeners get events in record order, so a sample's index is its
+        // event's. The first 100 include start-up; the rest is the steady state.
+        let all = listener.samples.withLock { $0 }
+        let roundP99s = (0..<rounds).map { round in
+            Samples(values: Array(all[max(100, round * perRound)..<min(all.count, (round + 1) * perRound)]))
+                .percentile(0.99) / 1_000
+        }
+        let samples = Samples(values: Array(all.dropFirst(100)))
         report.add(
             Row(
                 area: "listen", name: "record → listener latency p50 at 10k events/s", value: samples.median,
@@ -146,10 +155,14 @@ struct ListenerBenchmarks {
                 id: "listen/latency-percentiles", name: "record → listener latency at 10k events/s",
                 xUnit: "percentile", yUnit: "ms",
                 points: percentiles.map { [$0 * 100, samples.percentile($0) / 1_000] } + [[100, samples.max / 1_000]]))
+        let p99s = Samples(values: roundP99s)
+        let interval = p99s.medianInterval
         report.add(
             Row(
                 area: "listen", name: "record → listener latency p99 at 10k events/s",
-                value: samples.percentile(0.99) / 1_000,
-                unit: "ms", detail: "max \(formatNumber(samples.max / 1_000)) ms", target: 1, comparison: .atMost))
+                value: p99s.median, unit: "ms",
+                detail:
+                    "median of \(rounds) rounds' p99 (\(roundP99s.map { formatNumber($0) }.joined(separator: ", ")) ms); all events: p99 \(formatNumber(samples.percentile(0.99) / 1_000)) ms, max \(formatNumber(samples.max / 1_000)) ms",
+                target: 1, comparison: .atMost, low: interval.low, high: interval.high, rounds: rounds))
     }
 }
