@@ -200,7 +200,7 @@ package final class EventLog: Sendable {
     ///   bound and commits are failing, or the writer made no room in
     ///   ``maximumWaitForRoom`` (the event was not accepted).
     @discardableResult
-    package func append(_ record: EventRecord) throws -> AppendReceipt {
+    package func append(_ record: consuming EventRecord) throws -> AppendReceipt {
         let bytes = record.bufferedBytes
         var record: EventRecord? = record
         while true {
@@ -230,7 +230,7 @@ package final class EventLog: Sendable {
     ///
     /// - Throws: as ``tryAppend(_:)``.
     @discardableResult
-    package func appendPastBound(_ record: EventRecord) throws -> AppendReceipt {
+    package func appendPastBound(_ record: consuming EventRecord) throws -> AppendReceipt {
         // Past the bound is never "wait for room", so nil cannot come back.
         var record: EventRecord? = record
         guard let receipt = try buffer(&record, pastBound: true) else {
