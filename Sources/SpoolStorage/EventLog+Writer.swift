@@ -201,7 +201,7 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
-                    try group[offset].insert(as: seq, with: insert)
+                    try Pending.insert(group.baseAddress! + offset, as: seq, with: insert)
                     if group[offset].record.addsToHistory { historyRows += 1 }
                 }
             }
@@ -269,26 +269,31 @@ extension EventLog {
 }
 
 extension EventLog.Pending {
-    /// Binds this event to the prepared insert and steps it (the caller
-    /// binds its message type and target). The id is formatted on the stack
-    /// and every text is bound without a copy: all of it stays valid until
-    /// the step inside these scopes.
-    func insert(as seq: Int64, with insert: Statement) throws {
-        var (name, json, session) = (record.name, record.parametersJSON, record.sessionID)
+    /// Binds the event at `pending` to the prepared insert and steps it (the
+    /// caller binds its message type and target). The id is formatted on the
+    /// stack and every text is bound without a copy: all of it stays valid
+    /// until the step inside these scopes.
+    ///
+    /// Static, on a pointer into the group: a method called on an element
+    /// would run on a copy of it (a retain and release of each of its
+    /// strings and its stamps).
+    static func insert(_ pending: UnsafePointer<Self>, as seq: Int64, with insert: Statement) throws {
+        let milliseconds = pending.pointee.milliseconds
+        let random = pending.pointee.random
         try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
-            try name.withUTF8 { name in
-                try json.withUTF8 { json in
+            try withUTF8(pending.pointee.record.name) { name in
+                try withUTF8(pending.pointee.record.parametersJSON) { json in
                     try insert.bind(seq, at: 1)
                     try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
                     try insert.bindTextNoCopy(name, at: 3)
                     try insert.bindTextNoCopy(json, at: 4)
-                    try insert.bind(record.recordedAt, at: 5)
-                    try insert.bind(record.priority, at: 7)
-                    if session == nil {
+                    try insert.bind(pending.pointee.record.recordedAt, at: 5)
+                    try insert.bind(pending.pointee.record.priority, at: 7)
+                    if pending.pointee.record.sessionID == nil {
                         try insert.bindNull(at: 6)
                         try insert.step()
                     } else {
-                        try session!.withUTF8 { session in
+                        try withUTF8(pending.pointee.record.sessionID!) { session in
                             try insert.bindTextNoCopy(session, at: 6)
                             try insert.step()
                         }
@@ -298,6 +303,15 @@ extension EventLog.Pending {
         }
         insert.resetKeepingBindings()
     }
+}
+
+/// Calls `body` with `string`'s UTF-8 bytes: in place when the string
+/// stores them contiguously (every native string), else from a copy.
+@inline(__always)
+func withUTF8<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) throws -> R {
+    if let result = try string.utf8.withContiguousStorageIfAvailable(body) { return result }
+    var copy = string
+    return try copy.withUTF8(body)
 }
 
 extension EventLog {
