@@ -123,14 +123,14 @@ struct EventEncoder {
         bytes.append(UInt8(ascii: "{"))
         // The entries are put in key order in a temporary buffer (on the
         // stack for small objects) by moving them, so sorting copies no
-        // value. String's `<` has a memcmp fast path for ASCII keys; any
-        // fixed order makes the output deterministic.
+        // value. Any fixed order makes the output deterministic; this one is
+        // String's `<`, mostly decided by the keys' first eight bytes.
         try withUnsafeTemporaryAllocation(of: Entry.self, capacity: object.count) {
             (entries) throws(EventValidationError) in
             guard let base = entries.baseAddress else { return }  // no entries
             var count = 0
             for entry in object {
-                (base + count).initialize(to: entry)
+                (base + count).initialize(to: Entry(key: entry.key, value: entry.value))
                 count += 1
             }
             // Each entry is moved out as it is written; an error leaves the
@@ -139,22 +139,68 @@ struct EventEncoder {
             defer { (base + written).deinitialize(count: count - written) }
             Self.sortByKey(UnsafeMutableBufferPointer(start: base, count: count))
             while written < count {
-                let (key, value) = (base + written).move()
+                let entry = (base + written).move()
                 written += 1
                 if written > 1 { bytes.append(UInt8(ascii: ",")) }
-                guard Self.appendKey(key, to: &bytes) else { throw .invalidKey(path: "." + key.debugDescription) }
+                guard entry.isValidKey else { throw .invalidKey(path: "." + entry.key.debugDescription) }
+                Self.appendJSONString(entry.key, to: &bytes)
                 bytes.append(UInt8(ascii: ":"))
                 do throws(EventValidationError) {
-                    try write(value, depth: depth)
+                    try write(entry.value, depth: depth)
                 } catch {
-                    throw error.prefixed(with: "." + key)
+                    throw error.prefixed(with: "." + entry.key)
                 }
             }
         }
         bytes.append(UInt8(ascii: "}"))
     }
 
-    private typealias Entry = (key: String, value: EventValue)
+    /// One member of an object being written, with what sorting and
+    /// checking its key need, read from the key's bytes once.
+    private struct Entry {
+        let key: String
+        let value: EventValue
+        /// The key's first eight UTF-8 bytes, big-endian, zero-padded.
+        let prefix: UInt64
+        /// All of the key's bytes are ASCII: for two such keys, different
+        /// prefixes order them as String's `<` does (which, for ASCII,
+        /// compares bytes).
+        let isASCII: Bool
+        /// Non-empty, at most ``EventLimits/maximumKeyBytes``, and free of
+        /// control characters.
+        let isValidKey: Bool
+
+        init(key: String, value: EventValue) {
+            self.key = key
+            self.value = value
+            let facts =
+                key.utf8.withContiguousStorageIfAvailable(Self.facts)
+                ?? { () -> (UInt64, Bool, Bool) in
+                    var copy = key
+                    return copy.withUTF8(Self.facts)
+                }()
+            (prefix, isASCII, isValidKey) = facts
+        }
+
+        private static func facts(_ utf8: UnsafeBufferPointer<UInt8>) -> (UInt64, Bool, Bool) {
+            var prefix: UInt64 = 0
+            var union: UInt8 = 0
+            var control = false
+            for (index, byte) in utf8.enumerated() {
+                if index < 8 { prefix |= UInt64(byte) << (56 - 8 * index) }
+                union |= byte
+                control = control || byte < 0x20 || byte == 0x7F
+            }
+            let isValid = !utf8.isEmpty && utf8.count <= EventLimits.maximumKeyBytes && !control
+            return (prefix, union < 0x80, isValid)
+        }
+
+        @inline(__always)
+        func precedes(_ other: Entry) -> Bool {
+            if isASCII, other.isASCII, prefix != other.prefix { return prefix < other.prefix }
+            return key < other.key
+        }
+    }
 
     /// Sorts `entries` by key: an insertion sort that moves entries for the
     /// few keys events have, the standard library's sort past that.
@@ -162,31 +208,17 @@ struct EventEncoder {
         guard entries.count > 16 else {
             guard let base = entries.baseAddress else { return }
             for index in entries.indices.dropFirst() {
-                guard base[index].key < base[index - 1].key else { continue }
+                guard base[index].precedes(base[index - 1]) else { continue }
                 let moving = (base + index).move()
                 var hole = index
-                while hole > 0, moving.key < base[hole - 1].key { hole -= 1 }
+                while hole > 0, moving.precedes(base[hole - 1]) { hole -= 1 }
                 (base + hole + 1).moveInitialize(from: base + hole, count: index - hole)
                 (base + hole).initialize(to: moving)
             }
             return
         }
         var entries = entries
-        entries.sort { $0.key < $1.key }
-    }
-
-    /// Appends a valid key as a JSON string literal; false, with nothing
-    /// appended, for an empty key, one over ``EventLimits/maximumKeyBytes``
-    /// or one with a control character.
-    private static func appendKey(_ key: String, to bytes: inout some JSONOutput) -> Bool {
-        var key = key
-        return key.withUTF8 { utf8 in
-            guard !utf8.isEmpty, utf8.count <= EventLimits.maximumKeyBytes,
-                !utf8.contains(where: { $0 < 0x20 || $0 == 0x7F })
-            else { return false }
-            appendJSONString(UnsafeRawBufferPointer(utf8), to: &bytes)
-            return true
-        }
+        entries.sort { $0.precedes($1) }
     }
 
     // MARK: - Scalars
