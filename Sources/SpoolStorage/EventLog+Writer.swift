@@ -281,8 +281,8 @@ extension EventLog.Pending {
         let milliseconds = pending.pointee.milliseconds
         let random = pending.pointee.random
         try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
-            try withUTF8(pending.pointee.record.name) { name in
-                try withUTF8(pending.pointee.record.parametersJSON) { json in
+            try withUTF8Bytes(of: pending.pointee.record.name) { name in
+                try withUTF8Bytes(of: pending.pointee.record.parametersJSON) { json in
                     try insert.bind(seq, at: 1)
                     try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
                     try insert.bindTextNoCopy(name, at: 3)
@@ -293,7 +293,7 @@ extension EventLog.Pending {
                         try insert.bindNull(at: 6)
                         try insert.step()
                     } else {
-                        try withUTF8(pending.pointee.record.sessionID!) { session in
+                        try withUTF8Bytes(of: pending.pointee.record.sessionID!) { session in
                             try insert.bindTextNoCopy(session, at: 6)
                             try insert.step()
                         }
@@ -303,15 +303,6 @@ extension EventLog.Pending {
         }
         insert.resetKeepingBindings()
     }
-}
-
-/// Calls `body` with `string`'s UTF-8 bytes: in place when the string
-/// stores them contiguously (every native string), else from a copy.
-@inline(__always)
-func withUTF8<R>(_ string: String, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) throws -> R {
-    if let result = try string.utf8.withContiguousStorageIfAvailable(body) { return result }
-    var copy = string
-    return try copy.withUTF8(body)
 }
 
 extension EventLog {

@@ -156,3 +156,13 @@ package final class Statement {
 
 @available(*, unavailable, message: "A statement belongs to its connection's serial executor")
 extension Statement: Sendable {}
+
+/// Calls `body` with `string`'s UTF-8 bytes: in place when the string stores
+/// them contiguously (every native string), else from a copy. Unlike
+/// `String.withUTF8` it needs no mutable copy of the string to start from.
+@inlinable @inline(__always)
+package func withUTF8Bytes<R>(of string: String, _ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+    if let result = try string.utf8.withContiguousStorageIfAvailable(body) { return result }
+    var copy = string
+    return try copy.withUTF8(body)
+}

@@ -1,4 +1,5 @@
 import Foundation
+import SpoolStorage
 
 /// Limits every recorded event must respect. Exceeding one is an
 /// ``EventValidationError``; nothing is stored.
@@ -173,13 +174,7 @@ struct EventEncoder {
         init(key: String, value: EventValue) {
             self.key = key
             self.value = value
-            let facts =
-                key.utf8.withContiguousStorageIfAvailable(Self.facts)
-                ?? { () -> (UInt64, Bool, Bool) in
-                    var copy = key
-                    return copy.withUTF8(Self.facts)
-                }()
-            (prefix, isASCII, isValidKey) = facts
+            (prefix, isASCII, isValidKey) = withUTF8Bytes(of: key, Self.facts)
         }
 
         private static func facts(_ utf8: UnsafeBufferPointer<UInt8>) -> (UInt64, Bool, Bool) {
