@@ -56,7 +56,8 @@ struct EventEncoder {
         if count > EventLimits.maximumNameBytes {
             throw .nameTooLong(bytes: count, limit: EventLimits.maximumNameBytes)
         }
-        if name.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) { throw .invalidName(name) }
+        let hasControl = withUTF8Bytes(of: name) { utf8 in utf8.contains { $0 < 0x20 || $0 == 0x7F } }
+        if hasControl { throw .invalidName(name) }
     }
 
     /// The canonical JSON object for `parameters`.
@@ -171,6 +172,9 @@ struct EventEncoder {
         /// control characters.
         let isValidKey: Bool
 
+        /// Inlined, so each entry is written straight into the sort buffer
+        /// instead of being built on the stack and copied there.
+        @inline(__always)
         init(key: String, value: EventValue) {
             self.key = key
             self.value = value
