@@ -64,13 +64,17 @@ extension ResultsFile {
     /// One line per row of `self` (the new run) beside the same row of
     /// `old`: both values, the change, and whether it is better or worse
     /// where the row says which way is better; then the rows only one has.
+    /// A line on the two machines comes first (``machineComparison(with:oldName:)``).
     func comparison(with old: ResultsFile, oldName: String) -> [String] {
         var lines = [
             "compared with \(oldName) (\(old.date)\(old.quick ? ", quick" : ""), "
                 + "machine \(old.noise?.classification ?? "not classified")) — now \(date)\(quick ? ", quick" : ""), "
-                + "machine \(noise?.classification ?? "not classified")",
+                + "machine \(noise?.classification ?? "not classified")"
+        ]
+        if let machines = machineComparison(with: old, oldName: oldName) { lines.append(machines) }
+        lines += [
             "\(pad("row", 64)) \(pad("before", 10, left: true)) \(pad("after", 10, left: true)) \(pad("unit", 9)) "
-                + "\(pad("change", 8, left: true))  verdict",
+                + "\(pad("change", 8, left: true))  verdict"
         ]
         let oldRows = Dictionary(old.rows.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
         var seen = Set<String>()
@@ -106,6 +110,42 @@ extension ResultsFile {
             )
         }
         return lines
+    }
+
+    /// What each run's own yardsticks say about the two machines: the
+    /// calibration loop's fastest single copy (the CPU alone) and the raw
+    /// SQLite baselines (plain SQLite on the same disk, in the same run).
+    /// When the baselines moved, every absolute figure moved with the
+    /// machine; a ratio's two sides ran on one machine and did not.
+    func machineComparison(with old: ResultsFile, oldName: String) -> String? {
+        var parts = [String]()
+        if let here = noise?.calibrations.map(\.single).min(), let before = old.noise?.calibrations.map(\.single).min()
+        {
+            parts.append(
+                "the calibration loop alone took \(formatNumber(here)) ms here, \(formatNumber(before)) ms there")
+        }
+        let speeds = Samples(
+            values: rows.compactMap { row in
+                guard Self.isRawSQLiteBaseline(row), let before = old.row(row.key), before.value > 0, row.value > 0
+                else { return nil }
+                return row.value / before.value
+            })
+        if !speeds.values.isEmpty {
+            parts.append(
+                "raw SQLite ran at \(formatNumber(speeds.median))× its speed there (median of \(speeds.values.count) "
+                    + "baseline rows, \(formatNumber(speeds.min))–\(formatNumber(speeds.max))×)")
+        }
+        guard !parts.isEmpty else { return nil }
+        var line = "machines, against \(oldName): " + parts.joined(separator: "; ")
+        if abs(speeds.median - 1) > 0.15 {
+            line += " — absolute figures move with the machine; ratios, both sides measured in one run, do not"
+        }
+        return line
+    }
+
+    /// A row spool-bench measures with plain SQLite as a baseline.
+    static func isRawSQLiteBaseline(_ row: Row) -> Bool {
+        row.unit == "events/s" && row.key.contains("raw-sqlite")
     }
 
     /// +1 when more is better, -1 when less is, nil when the row does not say.

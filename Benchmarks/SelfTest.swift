@@ -66,7 +66,7 @@ enum SelfTest {
         let scratch = Scratch("self-test")
         let old = scratch.url.appendingPathComponent("old.json").path
         try Data(
-            #"{"date":"d","quick":false,"cores":2,"sqliteVersion":"3","rows":[{"area":"record","name":"ratio record / raw SQLite","value":0.8,"unit":"×","detail":"","target":0.7,"comparison":"≥"}]}"#
+            #"{"date":"d","quick":false,"cores":2,"sqliteVersion":"3","rows":[{"area":"record","name":"ratio record / raw SQLite","value":0.8,"unit":"×","detail":"","target":0.7,"comparison":"≥"},{"area":"record","name":"raw SQLite insert of the same JSON (baseline)","value":200000,"unit":"events/s","detail":""}]}"#
                 .utf8
         ).write(to: URL(fileURLWithPath: old))
         let version1 = try ResultsFile.read(old)
@@ -75,9 +75,19 @@ enum SelfTest {
             "a version-1 file")
         let new = ResultsFile(
             date: "e", quick: false, cores: 2, sqliteVersion: "3", noise: nil,
-            rows: [ratio(1.0, 0.95, 1.05, others: 0).renamed("record", "ratio record / raw SQLite")], series: [])
+            rows: [
+                ratio(1.0, 0.95, 1.05, others: 0).renamed("record", "ratio record / raw SQLite"),
+                Row(
+                    area: "record", name: "raw SQLite insert of the same JSON (baseline)", value: 100_000,
+                    unit: "events/s"),
+            ], series: [])
         let lines = new.comparison(with: version1, oldName: "old.json")
         check(lines.contains { $0.contains("record/ratio-record-raw-sqlite") && $0.contains("+25.0%") }, "--compare")
+        check(
+            lines.contains {
+                $0.hasPrefix("machines, against old.json: raw SQLite ran at 0.5") && $0.contains("ratios")
+            },
+            "--compare: a slower machine's baselines")
         let svg = SVGReport(new).render()
         check(svg.hasPrefix("<svg") && svg.contains("ratio record / raw SQLite"), "the SVG report")
 

@@ -19,6 +19,9 @@ let usage = """
            spool-bench --compare OLD.json --to NEW.json
            spool-bench --self-test                       (checks verdicts, ids, files, the report)
     """
+/// The committed run the README shows: after a run from the package root,
+/// spool-bench says how this machine's baselines compare with that run's.
+let referenceResults = "docs/bench-results.json"
 var quick = false
 var output = "spool-bench-results.json"
 var only: String?
@@ -248,6 +251,15 @@ if let svgPath {
 if let previous, let comparePath {
     print("")
     for line in try ResultsFile.read(output).comparison(with: previous, oldName: comparePath) { print(line) }
+} else if FileManager.default.fileExists(atPath: referenceResults),
+    URL(fileURLWithPath: output).standardizedFileURL != URL(fileURLWithPath: referenceResults).standardizedFileURL,
+    let line = try ResultsFile.read(output).machineComparison(
+        with: ResultsFile.read(referenceResults), oldName: "\(referenceResults) (the README's run)")
+{
+    // A FAIL on a machine slower than the README's says little about Spool
+    // until the baselines say how much slower it is.
+    print("")
+    print(line)
 }
 
 /// record()'s caller side alone — validate, encode, gates — `count` times on
