@@ -56,9 +56,13 @@ struct EventEncoder {
         if count > EventLimits.maximumNameBytes {
             throw .nameTooLong(bytes: count, limit: EventLimits.maximumNameBytes)
         }
-        let hasControl = withUTF8Bytes(of: name) { utf8 in utf8.contains { $0 < 0x20 || $0 == 0x7F } }
-        if hasControl { throw .invalidName(name) }
+        if withUTF8Bytes(of: name, { $0.contains(where: isControl) }) { throw .invalidName(name) }
     }
+
+    /// A control character, which names and keys may not hold: below 0x20,
+    /// or DEL.
+    @inline(__always)
+    static func isControl(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x7F }
 
     /// The canonical JSON object for `parameters`.
     static func encode(_ parameters: [String: EventValue]) throws(EventValidationError) -> String {
@@ -188,7 +192,7 @@ struct EventEncoder {
             for (index, byte) in utf8.enumerated() {
                 if index < 8 { prefix |= UInt64(byte) << (56 - 8 * index) }
                 union |= byte
-                control = control || byte < 0x20 || byte == 0x7F
+                control = control || EventEncoder.isControl(byte)
             }
             let isValid = !utf8.isEmpty && utf8.count <= EventLimits.maximumKeyBytes && !control
             return (prefix, union < 0x80, isValid)
