@@ -47,6 +47,9 @@
 //             Starts an engine on the file, identifies USER_ID (traits
 //             {"by": RUN_TAG}), prints "IDENTIFIED <anonymous id>" once the
 //             change is in the file, and closes.
+// --interleavings SEED COUNT, --rounds CONTROL_DIR ROUNDS PER_ROUND,
+// --erasure-recorder CONTROL_DIR
+//             The identity modes: see IdentityModes.swift.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -222,6 +225,21 @@ case "--identify":
     let identity = try await engine.identity()
     emit("IDENTIFIED \(identity.anonymousId)")
     await engine.close()
+    exit(0)
+
+case "--interleavings":
+    guard arguments.count >= 6, let seed = UInt64(arguments[4]), let count = Int(arguments[5]) else { exit(2) }
+    try await runInterleavings(folder: url, seed: seed, count: count)
+    exit(0)
+
+case "--rounds":
+    guard arguments.count >= 7, let rounds = Int(arguments[5]), let perRound = Int(arguments[6]) else { exit(2) }
+    try await runRounds(url, control: URL(fileURLWithPath: arguments[4]), rounds: rounds, perRound: perRound)
+    exit(0)
+
+case "--erasure-recorder":
+    guard arguments.count >= 5 else { exit(2) }
+    try await runErasureRecorder(url, control: URL(fileURLWithPath: arguments[4]))
     exit(0)
 
 case "--open":
