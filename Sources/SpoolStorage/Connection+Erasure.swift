@@ -6,15 +6,19 @@ extension Connection {
     /// identities and contexts, and the record of recent upload requests,
     /// and moves every consumer to the head with its drop counts cleared, in
     /// one transaction with `secure_delete` on: the deleted rows' bytes are
-    /// overwritten with zeros in the database file, not just unlinked.
+    /// overwritten with zeros in the database file, not just unlinked. The
+    /// same transaction counts the erasure (`log_head.erasures`, which other
+    /// processes watch) and writes the anonymous identity, with a new
+    /// anonymous id, that every process records for next.
     ///
     /// Positions stay where the log's head is, so no position is ever
     /// reused. The caller then ``truncateWAL()`` (the WAL still holds the
     /// rows' earlier frames) and ``vacuum()``.
     ///
-    /// - Returns: the head the consumers now stand at.
+    /// - Returns: the head the consumers now stand at, the identity left, and
+    ///   the file's erasure count.
     @discardableResult
-    package func eraseAll() throws -> Int64 {
+    package func eraseAll(at now: Double) throws -> (head: Int64, identity: IdentityRow, erasures: Int64) {
         try execute("PRAGMA secure_delete = ON")
         defer {
             // try?: going back to routine secure deletion only costs speed
@@ -28,17 +32,21 @@ extension Connection {
             try execute("DELETE FROM dead_letters")
             // Which events each recent request carried: ids of the user's events.
             try execute("DELETE FROM upload_batches")
-            // Who the user was: the next event gets a new anonymous id.
+            // Who the user was: the next event gets a new anonymous id. The
+            // ids are AUTOINCREMENT: none deleted here is given again.
             try execute("DELETE FROM identities")
             try execute("DELETE FROM contexts")
             try withStatement(
                 "UPDATE consumers SET position = ?, dropped = 0, dropped_reported = 0, updated_at = ?"
             ) { statement in
                 try statement.bind(head, at: 1)
-                try statement.bind(Date().timeIntervalSince1970, at: 2)
+                try statement.bind(now, at: 2)
                 try statement.step()
             }
-            return head
+            try execute("UPDATE log_head SET erasures = erasures + 1 WHERE id = 1")
+            let identity = try insertIdentity(
+                anonymousID: UUID().uuidString.lowercased(), userID: nil, traitsJSON: "{}", createdAt: now)
+            return (head, identity, try identityWatermark().erasures)
         }
     }
 

@@ -26,26 +26,45 @@ package struct IdentityRow: Sendable, Hashable {
 /// file is open) and gets its row on the database queue: when it is
 /// persisted, or at the first commit of an event that carries it. Every event
 /// carries a reference to the stamp in force, never a copy of its strings.
+///
+/// A stamp can be followed by a successor: another process's change this
+/// process adopted, for the events recorded from the change's time on, or
+/// what an erasure left, for every event.
 package final class IdentityStamp: Sendable {
     package enum Origin: Sendable {
         /// Whatever identity the file holds when it is opened (a new
         /// anonymous id when it holds none).
         case file
-        /// `base` with a new user and traits, and a new anonymous id when
+        /// `base` with a new user, new traits (nil: the base's, as they are
+        /// when its row is read: an alias), and a new anonymous id when
         /// `anonymousID` is set (a reset).
-        case changed(base: IdentityStamp, userID: String?, traitsJSON: String, anonymousID: String?)
-        /// A row already in the file (another process's change).
+        case changed(base: IdentityStamp, userID: String?, traitsJSON: String?, anonymousID: String?)
+        /// A row already in the file (another process's change, or the
+        /// anonymous identity an erasure left).
         case row(IdentityRow)
     }
 
-    package let origin: Origin
-    /// When the change was made, in seconds since 1970.
-    package let createdAt: Double
-    private let resolved: Protected<IdentityRow?>
+    /// The stamp events carrying this one take instead, from `since` on
+    /// (seconds since 1970; `-infinity`: every event).
+    package struct Successor: Sendable {
+        package let stamp: IdentityStamp
+        package var since: Double
+    }
 
-    package init(_ origin: Origin, at createdAt: Double) {
+    package let origin: Origin
+    /// When the change was made, in seconds since 1970: the order of changes
+    /// on the file (`identities.created_at`).
+    package let createdAt: Double
+    /// How many erasures of the file this process had noticed when the stamp
+    /// was made: a stamp of an earlier era never gets a row.
+    package let era: Int
+    private let resolved: Protected<IdentityRow?>
+    private let next = Protected<Successor?>(nil)
+
+    package init(_ origin: Origin, at createdAt: Double, era: Int = 0) {
         self.origin = origin
         self.createdAt = createdAt
+        self.era = era
         if case .row(let row) = origin {
             resolved = Protected(row)
         } else {
@@ -56,33 +75,78 @@ package final class IdentityStamp: Sendable {
     /// Its row, once it has one.
     package var row: IdentityRow? { resolved.withLock { $0 } }
 
+    /// Where it stands among the file's changes: when it was made; for the
+    /// file's identity, when its row's change was made (before every change
+    /// while it has none).
+    package var order: Double {
+        switch origin {
+        case .changed: return createdAt
+        case .row(let row): return row.createdAt
+        case .file: return row?.createdAt ?? -.infinity
+        }
+    }
+
     /// The user id and traits (a JSON object) it stands for, known before
     /// it has a row except for the file's identity before the file is open.
     package var user: (id: String?, traitsJSON: String) {
         if let row { return (row.userID, row.traitsJSON) }
-        if case .changed(_, let userID, let traitsJSON, _) = origin { return (userID, traitsJSON) }
+        if case .changed(let base, let userID, let traitsJSON, _) = origin {
+            return (userID, traitsJSON ?? base.user.traitsJSON)
+        }
         return (nil, "{}")
     }
 
-    /// Its row, written now if it has none yet. On the database queue.
+    /// What events carrying it take instead, if anything.
+    package var successor: Successor? { next.withLock { $0 } }
+
+    /// Makes `stamp` the successor for events recorded from `since` on.
+    package func succeed(by stamp: IdentityStamp, since: Double) {
+        next.withLock { $0 = Successor(stamp: stamp, since: since) }
+    }
+
+    /// Applies the successor to every later event too, whatever its time:
+    /// once one event took it, none after it goes back.
+    package func successorApplied() {
+        next.withLock { $0?.since = -.infinity }
+    }
+
+    /// Its row, written now if it has none yet, after the rows of the
+    /// changes it was made over (so the file's identity is read before a
+    /// later change of this process is written). On the database queue.
     ///
     /// Inside a transaction that then rolls back, the caller must
-    /// ``forgetRow()``: the row it names was never written.
+    /// ``forgetRow()`` for each stamp it had no row for: the rows named were
+    /// never written.
     package func resolve(on connection: Connection) throws -> IdentityRow {
         if let row { return row }
+        // Iteratively: many changes may be waiting for their rows.
+        var chain = [self]
+        while case .changed(let base, _, _, _) = chain[chain.count - 1].origin, base.row == nil {
+            chain.append(base)
+        }
+        var row: IdentityRow!
+        for stamp in chain.reversed() {
+            row = try stamp.write(on: connection)
+        }
+        return row
+    }
+
+    /// Its row, written now, its base's row being known.
+    private func write(on connection: Connection) throws -> IdentityRow {
         let row: IdentityRow
         switch origin {
         case .row(let existing):
             row = existing
         case .file:
             row =
-                try connection.newestIdentity()
+                try connection.identityInForce()
                 ?? connection.insertIdentity(
                     anonymousID: UUID().uuidString.lowercased(), userID: nil, traitsJSON: "{}", createdAt: createdAt)
         case .changed(let base, let userID, let traitsJSON, let anonymousID):
-            let anonymousID = try anonymousID ?? base.resolve(on: connection).anonymousID
+            let baseRow = try base.resolve(on: connection)
             row = try connection.insertIdentity(
-                anonymousID: anonymousID, userID: userID, traitsJSON: traitsJSON, createdAt: createdAt)
+                anonymousID: anonymousID ?? baseRow.anonymousID, userID: userID,
+                traitsJSON: traitsJSON ?? baseRow.traitsJSON, createdAt: createdAt)
         }
         resolved.withLock { $0 = row }
         return row
@@ -106,29 +170,28 @@ package final class IdentityStamp: Sendable {
 package final class ContextStamp: Sendable {
     package let json: String
     package let createdAt: Double
-    private let rowID = Protected<Int64?>(nil)
+    /// Its row's id, and the file's erasure count when it was found.
+    private let rowID = Protected<(id: Int64, erasures: Int64)?>(nil)
 
     package init(json: String, at createdAt: Double) {
         self.json = json
         self.createdAt = createdAt
     }
 
-    /// Its row's id, found or written now. On the database queue.
-    package func resolve(on connection: Connection) throws -> Int64 {
-        if let id = rowID.withLock({ $0 }) { return id }
+    /// Its row's id, found or written now: again after an erasure deleted
+    /// it (`erasures`, the file's count, differs). On the database queue.
+    package func resolve(on connection: Connection, erasures: Int64) throws -> Int64 {
+        if let row = rowID.withLock({ $0 }), row.erasures == erasures { return row.id }
         let id = try connection.contextRow(json: json, createdAt: createdAt)
-        rowID.withLock { $0 = id }
+        rowID.withLock { $0 = (id, erasures) }
         return id
     }
-
-    /// The same context, not yet written (after an erasure deleted its row).
-    package func unwritten() -> ContextStamp { ContextStamp(json: json, at: createdAt) }
 
     /// Forgets a row found or written in a transaction that rolled back.
     package func forgetRow() { rowID.withLock { $0 = nil } }
 
-    /// Whether it has its row.
-    package var hasRow: Bool { rowID.withLock { $0 != nil } }
+    /// Whether it has its row in the file as it is after `erasures` erasures.
+    package func hasRow(erasures: Int64) -> Bool { rowID.withLock { $0?.erasures == erasures } }
 }
 
 /// The identity and context in force, as one object every event accepted
@@ -157,10 +220,21 @@ final class MessageFields: Sendable {
 // MARK: - Rows
 
 extension Connection {
-    /// The newest row of `identities`: the identity in force on this file.
-    package func newestIdentity() throws -> IdentityRow? {
+    /// The identity in force on this file: the latest change, by when it was
+    /// made (`created_at`), the highest id breaking a tie.
+    package func identityInForce() throws -> IdentityRow? {
+        try identity("ORDER BY created_at DESC, id DESC")
+    }
+
+    /// The first row written since the last erasure: the anonymous identity
+    /// the erasure left (ids are never reused, so the lowest is the oldest).
+    package func identityLeftByErasure() throws -> IdentityRow? {
+        try identity("ORDER BY id")
+    }
+
+    private func identity(_ order: StaticString) throws -> IdentityRow? {
         try withStatement(
-            "SELECT id, anonymous_id, user_id, traits, created_at FROM identities ORDER BY id DESC LIMIT 1"
+            "SELECT id, anonymous_id, user_id, traits, created_at FROM identities \(order) LIMIT 1"
         ) { statement in
             guard try statement.step() else { return nil }
             return IdentityRow(
@@ -170,11 +244,15 @@ extension Connection {
         }
     }
 
-    /// The id of the newest row of `identities`, 0 when there is none.
-    package func newestIdentityID() throws -> Int64 {
-        try withStatement("SELECT coalesce(max(id), 0) FROM identities") { statement in
-            try statement.step()
-            return statement.int64(at: 0)
+    /// What tells whether another process changed the identity or erased
+    /// the file since the last look: the highest `identities` id (0 when
+    /// there is none) and the file's erasure count.
+    package func identityWatermark() throws -> (newestID: Int64, erasures: Int64) {
+        try withStatement(
+            "SELECT (SELECT coalesce(max(id), 0) FROM identities), erasures FROM log_head WHERE id = 1"
+        ) { statement in
+            guard try statement.step() else { return (0, 0) }
+            return (statement.int64(at: 0), statement.int64(at: 1))
         }
     }
 

@@ -9,10 +9,15 @@ extension EventEngine {
     ///
     /// Every event accepted from now on is recorded for this user (with the
     /// same ``SpoolIdentity/anonymousId``); events accepted before keep the
-    /// identity they were recorded with, also if they are uploaded later. The
-    /// change is kept in the database: it survives restarts, and other
-    /// processes using the file record for this user from their next commit
-    /// on.
+    /// identity they were recorded with, also if they are uploaded later.
+    ///
+    /// The change is kept in the database, in the order the calls were made:
+    /// a restart restores the last change. Its row is written on the database
+    /// queue right after the call, at the latest with the first commit of an
+    /// event accepted after it (``identity()`` returns once it is written).
+    /// From then on, other processes using the file record for this user
+    /// every event they record from the call's time on, starting at their
+    /// next commit.
     ///
     /// The identity changes whatever the gates say; the `identify` message
     /// itself goes through them like any event (consent, session limit,
@@ -37,7 +42,8 @@ extension EventEngine {
 
     /// Forgets the user: no user id, no traits, and a new anonymous id for
     /// every event accepted from now on (a sign-out on a shared device).
-    /// Events accepted before keep the identity they were recorded with.
+    /// Events accepted before keep the identity they were recorded with. The
+    /// change is kept and ordered as ``identify(userId:traits:)``'s.
     public func reset() {
         identities.change(
             userID: nil, traitsJSON: "{}", newAnonymousID: UUID().uuidString.lowercased(),
@@ -47,13 +53,14 @@ extension EventEngine {
 
     /// Records an `alias` message saying that `userId` is the same person as
     /// the current user (or, with none, the anonymous id), then makes
-    /// `userId` the current user, keeping the traits.
+    /// `userId` the current user, keeping the traits (before ``start()``,
+    /// the ones the file holds).
     ///
     /// - Throws: the errors of ``record(_:parameters:)``.
     @discardableResult
     public func alias(_ userId: String) throws -> RecordOutcome {
         let current = identities.current.identity.user
-        identities.change(userID: userId, traitsJSON: current.traitsJSON, at: configuration.clock.now)
+        identities.change(userID: userId, traitsJSON: nil, at: configuration.clock.now)
         persistIdentity()
         return try accept(Message(EventType.alias.rawValue, [:], type: .alias, target: current.id), settle: nil)
             .outcome

@@ -18,7 +18,11 @@ extension EventEngine {
     /// deleted too. An upload in flight
     /// is allowed to finish first (a request already sent cannot be called
     /// back), and none starts until the erasure is done, so no erased event is
-    /// uploaded after this returns. Durable listeners resume with the events
+    /// uploaded after this returns. Every event accepted from then on, in
+    /// this process and in any other using the file, is recorded for a new
+    /// anonymous id (an event another process held but had not committed
+    /// yet too); the ids of erased identity and context rows are never given
+    /// again. Durable listeners resume with the events
     /// recorded after it; they are not told of the erased ones as drops.
     ///
     /// While the disk is full, events whose commit failed are dropped from
@@ -52,8 +56,8 @@ extension EventEngine {
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
                     try await log.database.run { [identities, clock = configuration.clock] connection -> Int64 in
-                        let head = try connection.eraseAll()
-                        identities.forgetRows(at: clock.now)
+                        let (head, identity, erasures) = try connection.eraseAll(at: clock.now)
+                        identities.erased(leaving: identity, erasures: erasures)
                         try connection.truncateWAL()
                         try connection.vacuum()
                         try connection.truncateWAL()
