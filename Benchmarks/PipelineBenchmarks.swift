@@ -37,6 +37,28 @@ struct PipelineBenchmarks {
         return cost
     }
 
+    /// `identify` in µs per call, on a file: as it is (its row written on the
+    /// database queue after the call), and followed by `identity()`, which
+    /// returns once the row is written (what writing it within the call
+    /// would cost the caller).
+    func identifyCost(count: Int) async throws -> (returning: Double, written: Double) {
+        let scratch = Scratch("identify")
+        let engine = EventEngine(configuration: .unbounded(scratch.database))
+        try await engine.start()
+        var start = now()
+        for index in 0..<count { try engine.identify(userId: "user-\(index)", traits: ["plan": "pro"]) }
+        let returning = Double(now() - start) / Double(count) / 1_000
+        try await engine.settle()
+        start = now()
+        for index in 0..<count {
+            try engine.identify(userId: "user-\(index)", traits: ["plan": "pro"])
+            _ = try await engine.identity()
+        }
+        let written = Double(now() - start) / Double(count) / 1_000
+        await engine.close()
+        return (returning, written)
+    }
+
     /// A user identified, a context, and two middlewares: one adds a
     /// parameter, one drops every tenth event.
     static func addPipeline(to engine: EventEngine) throws {
@@ -73,6 +95,19 @@ struct PipelineBenchmarks {
                 value: Samples(values: callers.pipeline).median, unit: "µs",
                 detail: "without middleware in the same run: \(formatNumber(Samples(values: callers.plain).median)) µs;"
                     + " median of \(callers.plain.count) loops of \(count), the writer not waited for"))
+        var identifies: (returning: [Double], written: [Double]) = ([], [])
+        for _ in 0..<(quick ? 3 : 5) {
+            let cost = try await identifyCost(count: quick ? 500 : 2_000)
+            identifies.returning.append(cost.returning)
+            identifies.written.append(cost.written)
+        }
+        report.add(
+            Row(
+                area: "listen", name: "identify(): the caller's cost, its row written after the call",
+                value: Samples(values: identifies.returning).median, unit: "µs",
+                detail: "waiting until the row is written (identify, then identity()): "
+                    + "\(formatNumber(Samples(values: identifies.written).median)) µs;"
+                    + " median of \(identifies.returning.count) loops"))
     }
 }
 

@@ -217,14 +217,16 @@ package final class IdentityBook: Sendable {
         let watermark = try connection.identityWatermark()
         let (known, knownErasures) = state.withLock { ($0.newestKnown, $0.erasures) }
         var noticedErasure = false
-        if let knownErasures, knownErasures != watermark.erasures {
+        if let knownErasures, watermark.erasures > knownErasures {
             noticedErasure = true
             let left = try connection.identityLeftByErasure()
             state.withLock { state in
                 state.newestKnown = 0
                 startEra(leaving: left, erasures: watermark.erasures, in: &state, keepingLaterChange: true)
             }
-        } else if knownErasures == nil {
+        } else if knownErasures != watermark.erasures {
+            // The first look, or a file whose count went back (set aside
+            // and salvaged unread): nothing to drop.
             state.withLock { $0.erasures = watermark.erasures }
         }
         guard noticedErasure || watermark.newestID > known, let row = try connection.identityInForce() else {

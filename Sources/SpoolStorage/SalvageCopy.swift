@@ -90,8 +90,12 @@ struct SalvageCopy {
                 UPDATE log_head SET bytes_total = \
                 (SELECT coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))), 0) FROM events)
                 """)
-            try fresh.withStatement("UPDATE log_head SET last_seq = ? WHERE id = 1") { statement in
+            // The erasure count (migration 0009), which other processes
+            // compare with the one they know: unread, they see it move on.
+            let erasures = reader.integer("SELECT erasures FROM log_head WHERE id = 1") ?? 0
+            try fresh.withStatement("UPDATE log_head SET last_seq = ?, erasures = ? WHERE id = 1") { statement in
                 try statement.bind(head, at: 1)
+                try statement.bind(erasures, at: 2)
                 try statement.step()
             }
             for consumer in consumers {
