@@ -269,6 +269,12 @@ package final class Connection {
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction: committed when it
     /// returns, rolled back when it throws. Called inside a transaction, it
     /// runs `body` as part of that one (it commits or rolls back with it).
+    /// Gives back the memory SQLite can free on this connection (its page
+    /// cache's unused pages), as much as it can.
+    package func releaseMemory() {
+        sqlite3_db_release_memory(handle)
+    }
+
     package func transaction<T>(_ body: () throws -> T) throws -> T {
         if isInTransaction { return try body() }
         try withStatement("BEGIN IMMEDIATE") { try $0.step() }

@@ -275,6 +275,9 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// True while ``suspend()`` holds.
     package var isSuspended: Bool { gate.withLock { $0 } }
 
+    /// True while the background checkpoints are paused for a suspension.
+    package var areCheckpointsSuspended: Bool { checkpointsSuspended.withLock { $0 } }
+
     /// Stops touching the file: waits for the block running now (a commit
     /// finishes; statements are never left open across blocks), then keeps
     /// every later one for ``resume()``; the checkpointer finishes its pass

@@ -50,6 +50,9 @@
 // --interleavings SEED COUNT, --rounds CONTROL_DIR ROUNDS PER_ROUND,
 // --erasure-recorder CONTROL_DIR
 //             The identity modes: see IdentityModes.swift.
+// --hold-open-lock
+//             Takes the lock start() takes to open the file (the mark's),
+//             prints "LOCKED" and idles until killed.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
 //             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
@@ -241,6 +244,12 @@ case "--erasure-recorder":
     guard arguments.count >= 5 else { exit(2) }
     try await runErasureRecorder(url, control: URL(fileURLWithPath: arguments[4]))
     exit(0)
+
+case "--hold-open-lock":
+    let mark = StoreMark(databasePath: url.path)
+    mark?.lock()
+    emit(mark == nil ? "NO MARK" : "LOCKED")
+    while true { _ = pause() }  // until the test's SIGKILL
 
 case "--open":
     guard arguments.count >= 5, let startAt = Double(arguments[4]) else { exit(2) }

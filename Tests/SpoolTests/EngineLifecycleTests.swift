@@ -83,7 +83,7 @@ struct EngineLifecycleTests {
             await engine.close()
             return FileManager.default.fileExists(atPath: directory.databaseURL.path + "-wal")
         }
-        #expect(try await waitUntil(timeout: 60) { engine.state.withLock { $0.phase == .closed } })
+        #expect(try await waitUntil(timeout: 60) { engine.state.withLock { $0.isClosed } })
         gate.open()
         let walLeftOpen = await closing.value
         #expect(!gate.timedOut)

@@ -45,7 +45,7 @@ struct FreeSpaceTests {
         #expect(try await stored().events == 301)
 
         // Fill the volume to 3 MB free: below the 6 MB minimum.
-        let free = try #require(FreeSpace.available(at: url.path))
+        let free = try #require(SystemPlatform.shared.availableSpace(at: url.path))
         let filler = mount.url.appendingPathComponent("filler")
         try Data(count: Int(free) - 3_000_000).write(to: filler)
         try await record(1, "tight")
@@ -149,7 +149,7 @@ extension FreeSpaceTests {
         // WAL (the free pages inside the file do not help a WAL that must
         // grow). The shrink needs only a few pages of WAL: its steps stay
         // within the page cache, so the pages they free are never written.
-        let free = try #require(FreeSpace.available(at: path))
+        let free = try #require(SystemPlatform.shared.availableSpace(at: path))
         let filler = mount.url.appendingPathComponent("filler")
         try Data(count: Int(free) - 512 << 10).write(to: filler)
         // One group: the queue is held while it is appended.

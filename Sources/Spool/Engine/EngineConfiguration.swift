@@ -192,6 +192,14 @@ public struct EngineConfiguration: Sendable {
     /// Tests set a ``ManualNetworkPath``.
     var networkPath: (any NetworkPathSource)?
 
+    /// The operating system the engine reports to and asks for background
+    /// time: the real one, or the scripted one the tests drive.
+    var platform: any SpoolPlatform = SystemPlatform.shared
+
+    /// Called at each point where ``EventEngine/start()`` waits, before it
+    /// goes on: tests close the engine there.
+    var startStep: (@Sendable (StartStep) async -> Void)?
+
     /// The campaign events that bypass the per-session limit by default:
     /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own
     /// with `defaultPriorityEventNames.union([...])`.

@@ -19,14 +19,20 @@ extension EventEngine {
         let missingInFile: Int64
     }
 
-    /// Opens the database off the caller's executor (it does file I/O).
+    /// Opens the database on a thread of its own: the file checks, the wait
+    /// for another process's open lock, migrations and a salvage are
+    /// blocking file I/O, which must hold neither the caller's executor
+    /// (often the main actor) nor a thread of the cooperative pool (a few
+    /// engines starting at once would hold them all).
     static func openDatabase(_ configuration: EngineConfiguration) async throws -> OpenedDatabase {
-        // Unstructured on purpose: opening, migrating and salvaging is
-        // blocking file I/O that must not run on the caller's executor
-        // (often the main actor).
-        try await Task.detached(priority: .userInitiated) {
-            try SpoolError.bridging { try open(configuration) }
-        }.value
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                Thread.current.name = "spool.open"  // set here: Linux names only a running thread
+                continuation.resume(with: Result { try SpoolError.bridging { try open(configuration) } })
+            }
+            thread.qualityOfService = .userInitiated
+            thread.start()
+        }
     }
 
     private static func open(_ configuration: EngineConfiguration) throws -> OpenedDatabase {

@@ -125,7 +125,7 @@ extension EventEngine {
                 try await quiescingUploads { try await uploaderBox.withLock { $0 }?.discard(through: through) }
                 break
             } catch {
-                guard state.withLock({ $0.phase == .started }) else { break }
+                guard state.withLock({ $0.isStarted }) else { break }
                 diagnosticsCenter.report(
                     .uploadFailed, error: SpoolError.bridge(error),
                     "the upload queue could not be discarded after consent was withdrawn; uploads wait")

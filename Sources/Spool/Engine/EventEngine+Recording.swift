@@ -173,7 +173,7 @@ extension EventEngine {
         _ record: inout EventRecord?, priority: Bool, settle: (@Sendable (WaitingOutcome) -> Void)?,
         in state: inout State
     ) throws -> Accepted? {
-        guard state.phase != .closed else { throw SpoolError.closed }
+        guard !state.isClosed else { throw SpoolError.closed }
         let decision = state.gates.decide(priority: priority, hasLog: state.log != nil)
         guard case .append(let sessionID) = decision, state.log != nil else {
             if case .drop(let outcome) = decision { return Accepted(outcome: outcome) }

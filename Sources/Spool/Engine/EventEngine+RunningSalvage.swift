@@ -43,7 +43,7 @@ extension EventEngine {
         guard case .file = configuration.database,
             let failure = DatabaseFilePolicy.apply(
                 to: path, protection: configuration.fileProtection,
-                excludeFromBackup: configuration.excludesFromBackup)
+                excludeFromBackup: configuration.excludesFromBackup, on: configuration.platform)
         else { return }
         diagnosticsCenter.report(
             .filePolicyNotApplied, error: failure,

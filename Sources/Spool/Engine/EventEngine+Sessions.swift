@@ -15,7 +15,7 @@ extension EventEngine {
             UInt64.random(in: 0...UInt64.max))
         let (notify, sessionStartError) = state.withLock {
             state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
-            guard state.phase == .started, let log = state.log else { return ([], nil) }
+            guard case .started(let log) = state.phase else { return ([], nil) }
             let waiting = state.gates.startSession(sessionID)
             var notify: [(Waiting, WaitingOutcome)] = []
             var sessionStartError: (any Error)?
@@ -90,7 +90,7 @@ extension EventEngine {
             guard let log = state.log else {
                 // Not started (or closed): the queue an earlier process left
                 // is discarded when start() opens it.
-                if state.phase == .idle || state.phase == .starting { state.uploads = .withdrawnBeforeStart }
+                if !state.isClosed { state.uploads = .withdrawnBeforeStart }
                 return state.gates.takeWaiting()
             }
             // Which events are "before" is settled now, under this lock:

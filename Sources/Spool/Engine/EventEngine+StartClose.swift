@@ -49,24 +49,37 @@ extension EventEngine {
     public func start() async throws {
         if let conflict = configuration.locationConflict { throw SpoolError.invalidConfiguration(conflict) }
         let finished = Promise<Void>()
+        // The platform's reports are observed from the start, so that none
+        // made while the file opens (a launch in the background) is lost;
+        // close() cancels them whenever it comes.
+        let observation = configuration.platform.observeLifecycle { [weak self] event in self?.react(to: event) }
         try state.withLock { state in
             switch state.phase {
             case .idle:
-                state.phase = .starting
-                state.opening = finished
-            case .closed: throw SpoolError.closed
-            case .starting, .started: throw SpoolError.invalidConfiguration("start() was already called")
+                state.phase = .starting(opened: finished)
+                state.observation = observation
+            case .closing, .closed:
+                observation.cancel()
+                throw SpoolError.closed
+            case .starting, .started:
+                observation.cancel()
+                throw SpoolError.invalidConfiguration("start() was already called")
             }
         }
         defer {
-            state.withLock { state in
-                state.opening = nil
-                if state.phase == .starting { state.phase = .idle }  // failed: it may be started again
+            let failed = state.withLock { state -> PlatformObservation? in
+                guard case .starting = state.phase else { return nil }
+                state.phase = .idle  // failed: it may be started again
+                defer { state.observation = nil }
+                return state.observation
             }
+            failed?.cancel()
             finished.fulfill(())
         }
         let configuration = self.configuration
+        await configuration.startStep?(.opening)
         let opened = try await Self.openDatabase(configuration)
+        await configuration.startStep?(.opened)
         reportOpening(opened)
         let mark = opened.mark
         let database = opened.database
@@ -91,7 +104,9 @@ extension EventEngine {
                 try identities.persist(on: connection)
                 return try connection.headPosition()
             }
+            await configuration.startStep?(.identityRead)
             let uploader = try await startUploader(log)
+            await configuration.startStep?(.uploaderStarted)
             // Weak: the log must not keep the delivery queue or the uploader
             // (which hold the log) alive.
             // Survey conditions are counted inside each group's transaction:
@@ -112,6 +127,7 @@ extension EventEngine {
             salvagesWhileRunning(log, mark: mark)
             delivery.setFollower(surveys)
             try await events.durables.open(log, owner: leaseOwner)
+            await configuration.startStep?(.durableListenersOpened)
         } catch {
             // Leave nothing half-started: the engine can be started again.
             await stopUploader()
@@ -120,10 +136,8 @@ extension EventEngine {
             throw SpoolError.bridge(error)
         }
         let closedMeanwhile = state.withLock { state -> Bool in
-            guard state.phase != .closed else { return true }
-            state.log = log
-            state.phase = .started
-            state.opening = nil
+            guard case .starting = state.phase else { return true }
+            state.phase = .started(log)
             if case .withdrawnBeforeStart = state.uploads {
                 // Consent was withdrawn before start: what the queue held
                 // when the file was opened is never uploaded.
@@ -132,7 +146,8 @@ extension EventEngine {
             return false
         }
         if closedMeanwhile {
-            // close() ran while this was opening: close what was opened.
+            // close() ran while this was opening (and stopped the reports):
+            // close what was opened.
             await stopUploader()
             await closeDatabase(log)
             throw SpoolError.closed
@@ -140,17 +155,21 @@ extension EventEngine {
         log.database.onDeferredWork.withLock { handler in
             handler = { [weak self] in self?.runDeferredWorkInBackgroundWindow() }
         }
-        startObservingLifecycle()
+        SpoolBackgroundNotifier.register(self)
         startSession()
         // Ready fires once the start-up events (session_start and those
         // recorded before start) are committed and delivered; start() returns
         // after it fired. A commit failure here is already reported as a
         // diagnostic, and the events stay buffered: ready fires regardless.
         do { try await log.waitUntilAllDurable() } catch {}
+        await configuration.startStep?(.committed)
         delivery.async { [events] in
             events.registrations.latch(.ready, .ready(at: configuration.clock.now))
         }
         await delivery.drain()
+        // Launched in the background, or the device locked, before or while
+        // this opened: what the platform said applies now.
+        applyLifecycle()
     }
 
     /// Gives up every lease this engine holds, so another process sharing
@@ -209,16 +228,25 @@ extension EventEngine {
     /// - Returns: how many accepted events could not be committed (0 normally).
     @discardableResult
     public func close() async -> Int {
-        let (log, waiting, opening, alreadyClosed) = state.withLock {
-            state -> (EventLog?, [Waiting], Promise<Void>?, Bool) in
-            guard state.phase != .closed else { return (nil, [], nil, true) }
-            state.phase = .closed
-            return (state.log, state.gates.takeWaiting(), state.opening, false)
+        let (log, waiting, opening, observation, alreadyClosed) = state.withLock {
+            state -> (EventLog?, [Waiting], Promise<Void>?, PlatformObservation?, Bool) in
+            var opening: Promise<Void>?
+            switch state.phase {
+            case .closing, .closed: return (nil, [], nil, nil, true)
+            case .idle: state.phase = .closing(nil)
+            case .starting(let opened):
+                state.phase = .closing(nil)
+                opening = opened
+            case .started(let log): state.phase = .closing(log)
+            }
+            defer { state.observation = nil }
+            return (state.log, state.gates.takeWaiting(), opening, state.observation, false)
         }
         guard !alreadyClosed else { return 0 }  // a second close() has nothing left to do
+        defer { state.withLock { $0.phase = .closed } }
         // A start() still opening sees the phase and closes what it opened.
         await opening?.value
-        stopObservingLifecycle()
+        observation?.cancel()
         log?.database.resume()  // what close() commits and saves needs the file
         guard let log else {
             for entry in waiting { entry.settle?(.failed(SpoolError.closed)) }
@@ -261,4 +289,20 @@ extension EventEngine {
         diagnosticsCenter.finishAll()
         uploadResultCenter.finishAll()
     }
+}
+
+/// The points where ``EventEngine/start()`` waits, in order.
+enum StartStep: Sendable, CaseIterable {
+    /// Before the file is opened (off the caller's executor).
+    case opening
+    /// The file is open, checked and migrated.
+    case opened
+    /// The history is pruned and the identity read.
+    case identityRead
+    /// The uploader holds its lease (or there is none).
+    case uploaderStarted
+    /// Durable listeners caught up.
+    case durableListenersOpened
+    /// `session_start` and the events recorded before start are committed.
+    case committed
 }

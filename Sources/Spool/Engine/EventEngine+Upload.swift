@@ -18,7 +18,7 @@ extension EventEngine {
     ///   ``SpoolError/notStarted`` before `start()`. Without a `collectorURL`,
     ///   returns at once.
     public func flush() async throws {
-        guard state.withLock({ $0.phase == .started }) else { throw SpoolError.notStarted }
+        guard state.withLock({ $0.isStarted }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
         try await SpoolError.bridgingAsync {
             try await settle()
@@ -78,7 +78,7 @@ extension EventEngine {
     ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`.
     @discardableResult
     public func requeueDeadLetters(_ filter: DeadLetterFilter = .all) async throws -> Int {
-        guard let log = state.withLock({ $0.phase == .started ? $0.log : nil }) else { throw SpoolError.notStarted }
+        guard let log = state.withLock({ $0.isStarted ? $0.log : nil }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else {
             throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
         }
@@ -124,7 +124,7 @@ extension EventEngine {
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
             results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
-            networkPath: configuration.networkPath ?? NetworkPaths.system()
+            networkPath: configuration.networkPath ?? configuration.platform.makeNetworkPath()
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended

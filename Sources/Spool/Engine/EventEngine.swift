@@ -57,33 +57,75 @@ public final class EventEngine: Sendable {
     let priorityNameLengths: UInt64
 
     struct State {
-        enum Phase { case idle, starting, started, closed }
+        /// Where the engine is in its life; what each phase holds exists only
+        /// in that phase.
+        enum Phase {
+            case idle
+            /// ``start()`` is opening the database: `opened` is fulfilled once
+            /// it has returned, so a `close()` meanwhile waits for it to
+            /// close what it opened.
+            case starting(opened: Promise<Void>)
+            case started(EventLog)
+            /// ``close()`` is committing and closing the log `start()` opened
+            /// (nil when it opened none).
+            case closing(EventLog?)
+            case closed
+        }
 
         var phase = Phase.idle
-        /// While ``start()`` opens the database (phase `.starting`):
-        /// fulfilled once it has returned, so a `close()` meanwhile waits for
-        /// it to close what it opened.
-        var opening: Promise<Void>?
         /// Consent, the switch, the session and the events waiting for one.
         var gates: SessionGates
         /// Names never delivered: the configured exclusions and the heartbeat.
         var undelivered: Set<String>
-        var log: EventLog?
         /// Whether the uploader may run: consent withdrawn means the events
         /// before it are being discarded, and nothing uploads until that is
         /// saved.
         var uploads = Uploads.allowed
         /// How many discards were started: only the latest lets uploads go on.
         var discards = 0
-        /// The app is in the background (its database suspended).
+        /// The app is in the background (its database suspended), as the
+        /// platform last said; also before ``start()`` (a launch in the
+        /// background).
         var inBackground = false
-        /// Lifecycle notification observers, removed at close.
-        var lifecycleTokens: [any NSObjectProtocol] = []
+        /// The device is locked: files with complete protection cannot be
+        /// read or written, so the database is suspended.
+        var protectedDataUnavailable = false
+        /// The platform's lifecycle reports, stopped at close.
+        var observation: PlatformObservation?
         /// What start() did with a database file it could not use.
         var salvage: SalvageReport?
 
         var consent: Bool { gates.consent }
         var enabled: Bool { gates.enabled }
+
+        /// The open log: while started, and while closing.
+        var log: EventLog? {
+            switch phase {
+            case .started(let log): return log
+            case .closing(let log): return log
+            case .idle, .starting, .closed: return nil
+            }
+        }
+
+        var isStarted: Bool {
+            if case .started = phase { return true }
+            return false
+        }
+
+        /// ``close()`` was called.
+        var isClosed: Bool {
+            switch phase {
+            case .closing, .closed: return true
+            case .idle, .starting, .started: return false
+            }
+        }
+
+        /// Whether the database should stay suspended (outside the short
+        /// windows for work that arrives): in the background, or while the
+        /// device is locked.
+        func wantsSuspension(_ configuration: EngineConfiguration) -> Bool {
+            isStarted && ((inBackground && configuration.suspendsInBackground) || protectedDataUnavailable)
+        }
     }
 
     enum Uploads {
@@ -168,13 +210,13 @@ public final class EventEngine: Sendable {
         // Dropped without close(): let go of what the log's handlers hold, so
         // the log, its database queue and its connections are freed once the
         // writer has committed what is buffered.
-        let (log, tokens) = state.withLock { ($0.log, $0.lifecycleTokens) }
+        let (log, observation) = state.withLock { ($0.log, $0.observation) }
         if let log {
             log.setCommitHandler(nil)
             log.setGroupReader(nil)
             log.setFailureHandler(nil)
         }
-        LifecycleObservation.remove(tokens)
+        observation?.cancel()
     }
 
     /// Returns once every event accepted so far is committed and delivered,

@@ -3,42 +3,53 @@ import SpoolStorage
 
 /// Time the OS grants to finish work before it suspends the process.
 ///
-/// On iOS, tvOS, watchOS and visionOS this is
+/// On iOS, tvOS, watchOS and visionOS the platform asks
 /// `ProcessInfo.performExpiringActivity(withReason:using:)` — available in
 /// app extensions too, where `UIApplication.shared` is not — whose block
 /// keeps the process running until the work ends, and which says when the
-/// time is up. macOS and Linux do not suspend processes this way: the work
-/// simply runs.
+/// time is up. macOS and Linux do not suspend processes this way: the time
+/// is granted.
 enum BackgroundActivity {
     /// Runs `work`, telling it through `expired` when the granted time ran
-    /// out (it should then stop at once: its events stay queued). Returns
-    /// when `work` has finished.
+    /// out (it should then stop at once: its events stay queued). When the
+    /// system grants no time at all, `work` runs at once with its time
+    /// already up. Returns when `work` has finished.
     static func run(
-        _ reason: String, _ work: @escaping @Sendable (_ expired: Expiry) async -> Void
+        on platform: any SpoolPlatform, _ reason: String,
+        _ work: @escaping @Sendable (_ expired: Expiry) async -> Void
     ) async {
         let expiry = Expiry()
-        #if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
-            let finished = Promise<Void>()
-            ProcessInfo.processInfo.performExpiringActivity(withReason: reason) { expired in
-                if expired {
-                    expiry.expire()
-                    return
-                }
-                // The activity lasts as long as this block: wait here (a
-                // thread the system gives for it) until the work is done.
-                let done = DispatchSemaphore(value: 0)
-                // Unstructured: the work is async and this synchronous block must outlive it.
-                Task {
-                    await work(expiry)
-                    done.signal()
-                }
-                done.wait()
-                finished.fulfill(())
+        let finished = Promise<Void>()
+        let called = Protected(false)
+        platform.performExpiringActivity(reason: reason) { expired in
+            let first = called.withLock { called in
+                defer { called = true }
+                return !called
             }
-            await finished.value
-        #else
-            await work(expiry)
-        #endif
+            if expired { expiry.expire() }
+            guard first else { return }  // the time granted below ran out
+            // Unstructured: the work is async, and this block is the system's.
+            let running = Task { await work(expiry) }
+            if expired {
+                // No time granted: nothing holds the process here, and the
+                // work, told so, does only what needs no time.
+                Task {
+                    await running.value
+                    finished.fulfill(())
+                }
+                return
+            }
+            // The time lasts as long as this block: wait here, on the thread
+            // the system gives it, until the work is done.
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                await running.value
+                done.signal()
+            }
+            done.wait()
+            finished.fulfill(())
+        }
+        await finished.value
     }
 
     /// Whether the granted time ran out, and what to do then.

@@ -11,6 +11,11 @@ import SpoolStorage
 // transaction stays on the file. Work that arrives meanwhile (an app running
 // in the background records events) runs in a short background window of its
 // own, then the database suspends again. Returning to the foreground resumes.
+// While the device is locked and the files have complete protection, the
+// database is suspended too, and no window opens until it is unlocked.
+//
+// Every decision is made here, from what the platform reports
+// (``SpoolPlatform``); the platform only reports and grants time.
 
 extension EventEngine {
     /// Call when the app (or extension) enters the background: queued events
@@ -21,18 +26,18 @@ extension EventEngine {
     /// Spool calls it itself where UIKit reports the lifecycle (apps, and
     /// app extensions through their host's notifications); hosts that cannot
     /// observe it (watchOS extensions, other platforms) call it, or
-    /// ``SpoolBackgroundNotifier``, themselves. Returns at once from any
-    /// thread; the work runs in a background activity the OS grants, and an
-    /// upload still in flight when that time runs out is abandoned (its
-    /// events stay queued).
+    /// ``SpoolBackgroundNotifier``, themselves. Called before ``start()``
+    /// (a launch in the background), it applies once the engine has started.
+    /// Returns at once from any thread; the work runs in a background
+    /// activity the OS grants, and an upload still in flight when that time
+    /// runs out is abandoned (its events stay queued). When the OS grants no
+    /// time, nothing is uploaded and the database is suspended at once.
     public func applicationDidEnterBackground() {
-        guard
-            state.withLock({ state -> Bool in
-                guard state.phase == .started else { return false }
-                state.inBackground = true
-                return true
-            })
-        else { return }
+        let started = state.withLock { state -> Bool in
+            state.inBackground = true
+            return state.isStarted
+        }
+        guard started else { return }
         // Unstructured: the notification is synchronous; upload and suspension wait for network and file.
         Task { await self.goToBackground() }
     }
@@ -40,12 +45,29 @@ extension EventEngine {
     /// Call when the app becomes active again: Spool touches the database
     /// file again and uploads what is due. Returns at once from any thread.
     public func applicationDidBecomeActive() {
-        let database = state.withLock { state -> DatabaseQueue? in
-            state.inBackground = false
-            return state.log?.database
-        }
-        database?.resume()
+        state.withLock { $0.inBackground = false }
+        applyLifecycle()
         uploaderBox.withLock { $0 }?.requestFlushFromAnyThread()
+    }
+
+    /// What the engine does for each report of the platform.
+    func react(to event: PlatformEvent) {
+        switch event {
+        case .didEnterBackground: applicationDidEnterBackground()
+        case .willEnterForeground, .didBecomeActive: applicationDidBecomeActive()
+        case .willResignActive: uploaderBox.withLock { $0 }?.requestFlushFromAnyThread()
+        case .protectedDataWillBecomeUnavailable:
+            state.withLock { $0.protectedDataUnavailable = true }
+            // Unstructured: the notification is synchronous; the commit in progress finishes first.
+            Task { await self.suspendIfWanted() }
+        case .protectedDataDidBecomeAvailable:
+            state.withLock { $0.protectedDataUnavailable = false }
+            applyLifecycle()
+            // Still suspended (in the background): what was recorded while
+            // locked commits in a window now.
+            if isDatabaseSuspended { runDeferredWorkInBackgroundWindow() }
+        case .memoryWarning: releaseMemory()
+        }
     }
 
     /// True while the database is suspended for the background.
@@ -53,27 +75,59 @@ extension EventEngine {
         state.withLock { $0.log?.database.isSuspended ?? false }
     }
 
+    /// Resumes the database when nothing wants it suspended (the commits
+    /// buffered meanwhile then run), and goes to the background when the
+    /// app is there and the database is not yet suspended.
+    func applyLifecycle() {
+        let (log, wanted, background) = state.withLock {
+            ($0.log, $0.wantsSuspension(configuration), $0.inBackground && $0.isStarted)
+        }
+        guard let log else { return }
+        if !wanted {
+            log.database.resume()
+        } else if background, !log.database.isSuspended {
+            // Unstructured: called from notifications and start(), which do not wait for the upload.
+            Task { await self.goToBackground() }
+        }
+    }
+
+    /// Suspends the database if the engine still wants it suspended once
+    /// the suspension holds, and resumes it if not: the app may have come
+    /// back while the commit in progress finished.
+    private func suspendIfWanted() async {
+        guard let log = state.withLock({ $0.wantsSuspension(configuration) ? $0.log : nil }) else { return }
+        await log.database.suspend()
+        if !state.withLock({ $0.wantsSuspension(configuration) }) { log.database.resume() }
+    }
+
     private func goToBackground() async {
-        await BackgroundActivity.run("Spool: upload queued events and release the database") { expiry in
+        await BackgroundActivity.run(
+            on: configuration.platform, "Spool: upload queued events and release the database"
+        ) { expiry in
             guard let log = self.state.withLock({ $0.log }) else { return }
-            log.database.resume()  // already suspended (a second notification): upload first
-            if let uploader = self.uploaderBox.withLock({ $0 }) {
-                expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
-                do { try await uploader.flush() } catch {}  // failures are reported by the uploader; events stay queued
+            if !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) {
+                log.database.resume()  // already suspended (a second notification): upload first
+                if let uploader = self.uploaderBox.withLock({ $0 }) {
+                    expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
+                    do { try await uploader.flush() } catch {}  // failures are reported by the uploader; events stay queued
+                }
             }
-            guard self.configuration.suspendsInBackground, self.state.withLock({ $0.inBackground }) else { return }
-            await log.database.suspend()
-            // Came back to the foreground meanwhile: resume at once.
-            if !self.state.withLock({ $0.inBackground }) { log.database.resume() }
+            await self.suspendIfWanted()
         }
     }
 
     /// Runs `body` with the database touchable: in a background window when
     /// it is suspended (then suspended again), directly otherwise.
+    ///
+    /// - Throws: ``SpoolError/suspended`` when the device is locked (the
+    ///   files cannot be touched) or the OS grants no background time; what
+    ///   `body` throws.
     func withDatabaseAwake(_ body: @escaping @Sendable () async throws -> Void) async throws {
         guard let log = state.withLock({ $0.log }), log.database.isSuspended else { return try await body() }
+        guard !state.withLock({ $0.protectedDataUnavailable }) else { throw SpoolError.suspended }
         let outcome = Promise<Result<Void, any Error>>()
-        await BackgroundActivity.run("Spool: upload queued events") { _ in
+        await BackgroundActivity.run(on: configuration.platform, "Spool: upload queued events") { expiry in
+            guard !expiry.isExpired else { return outcome.fulfill(.failure(SpoolError.suspended)) }
             log.database.resume()
             do {
                 try await body()
@@ -81,47 +135,40 @@ extension EventEngine {
             } catch {
                 outcome.fulfill(.failure(error))
             }
-            if self.state.withLock({ $0.inBackground && $0.phase == .started }) { await log.database.suspend() }
+            await self.suspendIfWanted()
         }
         try await outcome.value.get()
     }
 
     /// Work arrived while suspended (an app running in the background
     /// recorded events): run it in a background window, then suspend again.
+    /// While the device is locked, or when the OS grants no time, it waits
+    /// for the database to resume.
     func runDeferredWorkInBackgroundWindow() {
-        guard let log = state.withLock({ $0.log }) else { return }
+        guard let log = state.withLock({ $0.protectedDataUnavailable ? nil : $0.log }) else { return }
         // Unstructured: called on the database queue, which must not wait for the window.
         Task {
-            await BackgroundActivity.run("Spool: commit events recorded in the background") { expiry in
+            await BackgroundActivity.run(
+                on: configuration.platform, "Spool: commit events recorded in the background"
+            ) { expiry in
+                guard !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) else { return }
                 log.database.resume()
-                if !expiry.isExpired {
-                    do { try await log.waitUntilAllDurable() } catch {}  // failures are reported as diagnostics
-                }
-                guard self.state.withLock({ $0.inBackground && $0.phase == .started }) else { return }
-                await log.database.suspend()
+                do { try await log.waitUntilAllDurable() } catch {}  // failures are reported as diagnostics
+                await self.suspendIfWanted()
             }
         }
     }
 
-    /// Observes the platform's lifecycle notifications once per start, and
-    /// joins the background notifier.
-    func startObservingLifecycle() {
-        let tokens = state.withLock { state -> Bool in
-            state.lifecycleTokens.isEmpty
+    /// The system is short of memory: commit what the write buffer holds
+    /// now, and let SQLite give back the memory it can.
+    private func releaseMemory() {
+        guard let log = state.withLock({ $0.log }) else { return }
+        // Unstructured: the notification is synchronous.
+        Task {
+            // A failed commit is reported as a diagnostic; the events stay buffered.
+            do { try await log.waitUntilAllDurable() } catch {}
+            guard !log.database.isSuspended else { return }
+            log.database.async { $0?.releaseMemory() }
         }
-        if tokens {
-            let observed = LifecycleObservation.observe(self)
-            state.withLock { $0.lifecycleTokens = observed }
-        }
-        SpoolBackgroundNotifier.register(self)
-    }
-
-    /// Removes the observers (close).
-    func stopObservingLifecycle() {
-        let tokens = state.withLock { state -> [any NSObjectProtocol] in
-            defer { state.lifecycleTokens.removeAll() }
-            return state.lifecycleTokens
-        }
-        LifecycleObservation.remove(tokens)
     }
 }

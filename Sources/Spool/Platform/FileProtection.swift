@@ -23,28 +23,17 @@ public enum FileProtection: Sendable, Hashable {
 /// the last connection closed them), and to the high-water mark beside them.
 enum DatabaseFilePolicy {
     /// - Returns: what could not be applied, for a diagnostic; nil when all was.
-    static func apply(to path: String, protection: FileProtection?, excludeFromBackup: Bool) -> (any Error)? {
+    static func apply(
+        to path: String, protection: FileProtection?, excludeFromBackup: Bool, on platform: any SpoolPlatform
+    ) -> (any Error)? {
         var failure: (any Error)?
         for file in [path, path + "-wal", path + "-shm", path + "-mark"]
         where FileManager.default.fileExists(atPath: file) {
-            #if os(iOS) || os(tvOS) || os(watchOS) || os(visionOS)
-                if let protection {
-                    do {
-                        try FileManager.default.setAttributes(
-                            [.protectionKey: protection.type], ofItemAtPath: file)
-                    } catch {
-                        failure = failure ?? error
-                    }
-                }
-            #endif
-            #if canImport(Darwin)
-                if excludeFromBackup {
-                    var url = URL(fileURLWithPath: file)
-                    var values = URLResourceValues()
-                    values.isExcludedFromBackup = true
-                    do { try url.setResourceValues(values) } catch { failure = failure ?? error }
-                }
-            #endif
+            do {
+                try platform.applyFilePolicy(to: file, protection: protection, excludeFromBackup: excludeFromBackup)
+            } catch {
+                failure = failure ?? error
+            }
         }
         return failure
     }

@@ -6,7 +6,7 @@ import SpoolStorage
 ///
 /// After a commit — at most once every `interval` seconds, and off Spool's
 /// queues, since the platform's answer can take a few milliseconds — the
-/// volume's free space is read (``FreeSpace``). Below the minimum, the log's
+/// volume's free space is read (``SpoolPlatform/availableSpace(at:)``). Below the minimum, the log's
 /// bounds become the events and bytes it holds at that moment, and the
 /// history's the rows it holds: each new event makes the oldest give way, as the queue
 /// bound does (every consumer that had not finished one counts it as
@@ -25,6 +25,7 @@ final class FreeSpaceGuard: Sendable {
 
     private let state = Protected(State())
     private let path: String
+    private let platform: any SpoolPlatform
     private let minimum: Int64
     /// The free space at which the configured bounds return: one and a half
     /// times the minimum.
@@ -38,11 +39,13 @@ final class FreeSpaceGuard: Sendable {
     private let whileLow: @Sendable () -> Void
 
     init(
-        path: String, minimum: Int64, interval: TimeInterval, diagnostics: DiagnosticsCenter,
+        path: String, platform: any SpoolPlatform, minimum: Int64, interval: TimeInterval,
+        diagnostics: DiagnosticsCenter,
         whileLow: @escaping @Sendable () -> Void,
         bound: @escaping @Sendable (_ low: Bool, _ done: @escaping @Sendable (Result<Int, any Error>) -> Void) -> Void
     ) {
         self.path = path
+        self.platform = platform
         self.minimum = minimum
         self.interval = interval
         self.diagnostics = diagnostics
@@ -66,7 +69,7 @@ final class FreeSpaceGuard: Sendable {
     }
 
     private func check() {
-        let free = FreeSpace.available(at: path)
+        let free = platform.availableSpace(at: path)
         let change = state.withLock { state -> Bool? in
             state.checking = false
             guard let free else { return nil }
@@ -120,7 +123,7 @@ extension EventEngine {
             log?.database.async { $0?.checkpointPassive() }
         }
         return FreeSpaceGuard(
-            path: url.path, minimum: minimum, interval: configuration.freeSpaceCheckInterval,
+            path: url.path, platform: configuration.platform, minimum: minimum, interval: configuration.freeSpaceCheckInterval,
             diagnostics: diagnosticsCenter, whileLow: whileLow
         ) { [weak log] low, done in
             guard let log else { return }
