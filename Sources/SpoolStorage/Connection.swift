@@ -275,6 +275,14 @@ package final class Connection {
         sqlite3_db_release_memory(handle)
     }
 
+    /// The bytes this connection's page cache holds now.
+    package var cacheBytesUsed: Int {
+        var current: Int32 = 0
+        var highest: Int32 = 0
+        sqlite3_db_status(handle, SQLITE_DBSTATUS_CACHE_USED, &current, &highest, 0)
+        return Int(current)
+    }
+
     package func transaction<T>(_ body: () throws -> T) throws -> T {
         if isInTransaction { return try body() }
         try withStatement("BEGIN IMMEDIATE") { try $0.step() }

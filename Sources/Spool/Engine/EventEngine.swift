@@ -90,6 +90,11 @@ public final class EventEngine: Sendable {
         /// The device is locked: files with complete protection cannot be
         /// read or written, so the database is suspended.
         var protectedDataUnavailable = false
+        /// A background activity uploads and suspends now
+        /// (``EventEngine/applicationDidEnterBackground()``), and another
+        /// report came meanwhile: it runs once more.
+        var goingToBackground = false
+        var backgroundAgain = false
         /// The platform's lifecycle reports, stopped at close.
         var observation: PlatformObservation?
         /// What start() did with a database file it could not use.

@@ -100,19 +100,43 @@ extension EventEngine {
         if !state.withLock({ $0.wantsSuspension(configuration) }) { log.database.resume() }
     }
 
+    /// Uploads what waits, then suspends the database, in one background
+    /// activity at a time: a report that comes while one runs makes it run
+    /// once more after, so that switches faster than the work hold no more
+    /// than one of the system's threads.
     private func goToBackground() async {
-        await BackgroundActivity.run(
-            on: configuration.platform, "Spool: upload queued events and release the database"
-        ) { expiry in
-            guard let log = self.state.withLock({ $0.log }) else { return }
-            if !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) {
-                log.database.resume()  // already suspended (a second notification): upload first
-                if let uploader = self.uploaderBox.withLock({ $0 }) {
-                    expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
-                    do { try await uploader.flush() } catch {}  // failures are reported by the uploader; events stay queued
-                }
+        let first = state.withLock { state -> Bool in
+            guard !state.goingToBackground else {
+                state.backgroundAgain = true
+                return false
             }
-            await self.suspendIfWanted()
+            state.goingToBackground = true
+            return true
+        }
+        guard first else { return }
+        while true {
+            await BackgroundActivity.run(
+                on: configuration.platform, "Spool: upload queued events and release the database"
+            ) { expiry in
+                guard let log = self.state.withLock({ $0.inBackground ? $0.log : nil }) else { return }
+                if !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) {
+                    log.database.resume()  // already suspended (a second notification): upload first
+                    if let uploader = self.uploaderBox.withLock({ $0 }) {
+                        expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
+                        do { try await uploader.flush() } catch {}  // failures are reported by the uploader; events stay queued
+                    }
+                }
+                await self.suspendIfWanted()
+            }
+            let again = state.withLock { state -> Bool in
+                guard state.backgroundAgain else {
+                    state.goingToBackground = false
+                    return false
+                }
+                state.backgroundAgain = false
+                return true
+            }
+            guard again else { return }
         }
     }
 
