@@ -15,8 +15,10 @@ extension EventEngine {
     ///
     /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
     ///   take it all (the rest stays queued and is retried with backoff);
-    ///   ``SpoolError/notStarted`` before `start()`. Without a `collectorURL`,
-    ///   returns at once.
+    ///   ``SpoolError/notStarted`` before `start()`; ``SpoolError/suspended``
+    ///   in the background when the OS grants no time, or while the device is
+    ///   locked with ``FileProtection/complete`` (nothing was sent). Without a
+    ///   `collectorURL`, returns at once.
     public func flush() async throws {
         guard state.withLock({ $0.isStarted }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
@@ -75,7 +77,9 @@ extension EventEngine {
     ///   status, or those whose reason contains a text.
     /// - Returns: how many were put back.
     /// - Throws: ``SpoolError/notStarted`` before `start()`;
-    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`.
+    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`;
+    ///   ``SpoolError/suspended`` as ``flush()`` throws it (nothing was put
+    ///   back).
     @discardableResult
     public func requeueDeadLetters(_ filter: DeadLetterFilter = .all) async throws -> Int {
         guard let log = state.withLock({ $0.isStarted ? $0.log : nil }) else { throw SpoolError.notStarted }

@@ -44,8 +44,10 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// iOS can suspend the app without a lock on the file), and the call
     /// could not wait for it (for example ``EventEngine/uploadStatistics()``
     /// in the background). Nothing was done; call again once the app is
-    /// active. Recording, `recordDurably` and `flush()` do not fail this way:
-    /// their work runs in a short background window instead.
+    /// active. Recording and `recordDurably` do not fail this way, and
+    /// `flush()` and `requeueDeadLetters()` only when the system grants no
+    /// background time or the device is locked with complete file
+    /// protection: otherwise their work runs in a short background window.
     case suspended
     /// The engine or database was closed.
     case closed
