@@ -150,17 +150,14 @@ struct IdentityOrderTests {
         let child = try ProcessBoundaryTests.Child(
             [directory.databaseURL.path, "rounds", "--rounds", control.path, "\(rounds)", "\(perRound)"],
             in: directory, name: "rounds")
-        func lines() -> [String] {
-            ((try? String(contentsOf: child.output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
-        }
-        try await waitUntil(timeout: 60, interval: 0.002) { lines().contains("READY") }
+        try await waitUntil(timeout: 60, interval: 0.002) { child.lines().contains("READY") }
         for round in 1...rounds {
             try engine.identify(userId: "user-\(round)")
             // The change is in the file once identity() returns.
             #expect(try await engine.identity().userId == "user-\(round)")
             _ = FileManager.default.createFile(atPath: control.appendingPathComponent("round-\(round)").path, contents: nil)
             try await waitUntil(timeout: 60, interval: 0.001) {
-                lines().contains { $0 == "ROUND \(round)" || $0.hasPrefix("TIMEOUT") }
+                child.lines().contains { $0 == "ROUND \(round)" || $0.hasPrefix("TIMEOUT") }
             }
         }
         let output = await child.finish(timeout: 60)
@@ -206,10 +203,7 @@ struct IdentityOrderTests {
         let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
         let child = try ProcessBoundaryTests.Child(
             [directory.databaseURL.path, "p1", "--erasure-recorder", control.path], in: directory, name: "recorder")
-        func recorded() -> Int {
-            let text = (try? String(contentsOf: child.output, encoding: .utf8)) ?? ""
-            return text.split(separator: "\n").filter { $0.hasPrefix("RECORDED ") }.count
-        }
+        func recorded() -> Int { child.lines().filter { $0.hasPrefix("RECORDED ") }.count }
         try await waitUntil(timeout: 60, interval: 0.002) { recorded() >= 1 }
         for round in 1...3 {
             let seen = recorded()

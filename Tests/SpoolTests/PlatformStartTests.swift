@@ -97,10 +97,7 @@ struct PlatformStartTests {
         // The file exists, and its lock is another process's.
         await (try await startedEngine(directory)).close()
         let holder = try ProcessBoundaryTests.Child([path, "holder", "--hold-open-lock"], in: directory, name: "holder")
-        func lines() -> [String] {
-            ((try? String(contentsOf: holder.output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
-        }
-        try #require(try await waitUntil(timeout: 30) { lines().contains("LOCKED") })
+        try #require(try await waitUntil(timeout: 30) { holder.lines().contains("LOCKED") })
 
         let engines = (0..<8).map { _ in EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL))) }
         let starts = engines.map { engine in Task { try await engine.start() } }

@@ -42,6 +42,12 @@ struct ProcessBoundaryTests {
             #endif
         }
 
+        /// What the child printed so far, a line each.
+        func lines() -> [String] {
+            // try?: nothing printed yet reads as no line.
+            ((try? String(contentsOf: output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+
         /// Waits for the child to exit (bounded), killing it past `timeout`.
         func finish(timeout: TimeInterval) async -> [String] {
             #if os(Linux) || os(macOS)
