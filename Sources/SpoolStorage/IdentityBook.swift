@@ -97,11 +97,16 @@ package final class IdentityBook: Sendable {
     /// The identity in force on this file, its row written if it has none
     /// yet (at open, after a change), in one transaction with the look for
     /// another process's change. On the database queue.
+    ///
+    /// Without `changes` (consent withheld), only the identity the changes
+    /// were made over is read or written (a new file's anonymous id): no
+    /// user id or traits reach the file.
     @discardableResult
-    package func persist(on connection: Connection) throws -> IdentityRow {
+    package func persist(on connection: Connection, changes: Bool = true) throws -> IdentityRow {
         try connection.transaction {
             try refresh(on: connection)
-            let row = try current.identity.resolve(on: connection)
+            let stamp = changes ? current.identity : current.identity.root
+            let row = try stamp.resolve(on: connection)
             state.withLock { $0.know(row) }
             return row
         }

@@ -96,6 +96,25 @@ package final class IdentityStamp: Sendable {
         return (nil, "{}")
     }
 
+    /// Its anonymous id, when it is known without writing a row: its own
+    /// (a reset), its row's, or the one of the change it was made over.
+    package var anonymousID: String? {
+        if let row { return row.anonymousID }
+        switch origin {
+        case .changed(let base, _, _, let anonymousID): return anonymousID ?? base.anonymousID
+        case .row(let row): return row.anonymousID
+        case .file: return nil
+        }
+    }
+
+    /// The first stamp of the chain of changes it was made over (the file's
+    /// identity, another process's row, or what an erasure left).
+    package var root: IdentityStamp {
+        var stamp = self
+        while case .changed(let base, _, _, _) = stamp.origin { stamp = base }
+        return stamp
+    }
+
     /// What events carrying it take instead, if anything.
     package var successor: Successor? { next.withLock { $0 } }
 

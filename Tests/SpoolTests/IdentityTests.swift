@@ -177,6 +177,45 @@ struct IdentityTests {
         await engine.close()
     }
 
+    @Test(
+        "I10: while consent is withheld, identify, alias, reset and setContext write nothing to the file, -wal or -shm; given, the identity in force is written"
+    )
+    func noPersonalDataWithoutConsent() async throws {
+        let directory = TemporaryDirectory()
+        let marker = "NOCONSENTMARKER3"
+        let database = directory.databaseURL
+        func found() -> Int { PrivacyTests.occurrences(of: marker, besides: database).values.reduce(0, +) }
+        // Not granted yet at the first launch: a change made before start().
+        var configuration = EngineConfiguration(database: .file(database))
+        configuration.consent = false
+        let first = EventEngine(configuration: configuration)
+        try first.identify(userId: "\(marker)-early")
+        try await first.start()
+        try first.identify(userId: "\(marker)-user", traits: ["email": .string("\(marker)@example.com")])
+        try first.alias("\(marker)-alias")
+        try first.setContext(EventContext(custom: ["device_name": .string("\(marker)-iPad")]))
+        try first.record("not_recorded")
+        let inMemory = try await first.identity()
+        #expect(inMemory.userId == "\(marker)-alias" && inMemory.traits["email"] == .string("\(marker)@example.com"))
+        _ = try await first.query { try $0.scalarInt("SELECT count(*) FROM identities") }
+        #expect(found() == 0, "written while consent was withheld")
+        first.reset()
+        await first.close()
+        #expect(found() == 0, "written at close")
+
+        // Withdrawn later: the same.
+        let second = try await startedEngine(directory)
+        second.setConsent(false)
+        try second.identify(userId: "\(marker)-second")
+        _ = try await second.identity()
+        #expect(found() == 0, "written after consent was withdrawn")
+        // Given: the identity in force is written (the control).
+        second.setConsent(true)
+        #expect(try await second.identity().userId == "\(marker)-second")
+        #expect(found() > 0, "written once consent is given")
+        await second.close()
+    }
+
     @Test("I3: the context is referenced per event, one row per distinct context, and stays with the event")
     func contextsAreSnapshots() async throws {
         let directory = TemporaryDirectory()

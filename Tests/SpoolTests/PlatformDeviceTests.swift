@@ -42,7 +42,8 @@ struct PlatformDeviceTests {
         #expect(try await waitUntil(timeout: 30, interval: 0.01) { Set(collector.acceptedIDs()).isSuperset(of: ids) })
         print("after 1,000 switches: every event at the collector \(Int(Date().timeIntervalSince(back) * 1_000)) ms later")
         #expect(ids.count == 3_000)
-        #expect(try await engine.uploadStatistics().pending == 0)
+        // The collector's answer lands before the position is saved.
+        #expect(try await waitUntil(timeout: 20, asking: { try await engine.uploadStatistics().pending == 0 }))
         await engine.close()
         #expect(try await waitUntil(timeout: 10) { os.activitiesRunning == 0 }, "every activity ended")
     }
@@ -118,7 +119,9 @@ struct PlatformDeviceTests {
         let engine2 = try await startedEngine(other) { $0 = $0.on(os2) }
         os2.send(.protectedDataWillBecomeUnavailable)
         try await engine2.recordDurably("locked")
+        _ = try await engine2.query { _ in 0 }
         #expect(!engine2.isDatabaseSuspended)
+        #expect(os2.activitiesRequested == 0)
         await engine2.close()
     }
 

@@ -105,7 +105,8 @@ struct PlatformStartTests {
             // Linux's executor adds threads when its own block, so the probe
             // below runs either way there: the threads say where the waits are.
             #expect(
-                try await waitUntil(timeout: 20) { Self.threads(named: "spool.open") == engines.count },
+                // At least: another test's engine may be opening too.
+                try await waitUntil(timeout: 20) { Self.threads(named: "spool.open") >= engines.count },
                 "each start waits for the lock on a thread of its own")
         #endif
         // Other async work runs while the starts wait: a probe on the pool

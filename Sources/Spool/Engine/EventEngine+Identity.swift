@@ -21,7 +21,10 @@ extension EventEngine {
     ///
     /// The identity changes whatever the gates say; the `identify` message
     /// itself goes through them like any event (consent, session limit,
-    /// middleware).
+    /// middleware). While consent is withheld or withdrawn, the change is
+    /// kept in memory only: no user id or traits reach the file until
+    /// consent is given (``setConsent(_:)``), when the identity in force is
+    /// written.
     ///
     /// - Parameters:
     ///   - userId: the user's id in your system; nil signs the user out but
@@ -86,12 +89,29 @@ extension EventEngine {
     }
 
     /// The identity events accepted now are recorded for, as the database
-    /// holds it.
+    /// holds it; returns once it is written. While consent is withheld, the
+    /// identity in memory, which is not written.
     ///
     /// - Throws: ``SpoolError/notStarted`` before ``start()``.
     public func identity() async throws -> SpoolIdentity {
-        guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
+        guard let (log, consent) = state.withLock({ state in state.log.map { ($0, state.consent) } }) else {
+            throw SpoolError.notStarted
+        }
         let identities = self.identities
+        guard consent else {
+            let stamp = identities.current.identity
+            if let anonymousID = stamp.anonymousID {
+                let user = stamp.user
+                return SpoolIdentity(
+                    IdentityRow(
+                        id: 0, anonymousID: anonymousID, userID: user.id, traitsJSON: user.traitsJSON,
+                        createdAt: stamp.createdAt))
+            }
+            // Only the file's identity, read (no change is written without consent).
+            return try await SpoolError.bridgingAsync {
+                SpoolIdentity(try await log.database.run { try identities.persist(on: $0, changes: false) })
+            }
+        }
         return try await SpoolError.bridgingAsync {
             SpoolIdentity(try await log.database.run { try identities.persist(on: $0) })
         }
@@ -148,10 +168,11 @@ extension EventEngine {
     // MARK: - Persisting a change
 
     /// Writes the current identity's row now, so the change survives a
-    /// restart even if no event follows. A failure is reported; the row is
-    /// written with the next event that carries it.
-    private func persistIdentity() {
-        guard let log = state.withLock({ $0.log }) else { return }
+    /// restart even if no event follows; nothing while consent is withheld.
+    /// A failure is reported; the row is written with the next event that
+    /// carries it.
+    func persistIdentity() {
+        guard let log = state.withLock({ $0.consent ? $0.log : nil }) else { return }
         let (identities, diagnostics) = (self.identities, diagnosticsCenter)
         log.database.async { connection in
             guard let connection else { return }

@@ -68,7 +68,10 @@ extension EventEngine {
     /// delivered or uploaded: `record` returns
     /// ``RecordOutcome/droppedOptedOut``, and events waiting for a session
     /// are discarded (a `recordDurably` waiting on one returns
-    /// `droppedOptedOut`).
+    /// `droppedOptedOut`). ``identify(userId:traits:)``, ``alias(_:)``,
+    /// ``reset()`` and ``setContext(_:)`` change the identity and context in
+    /// memory only: no user id, traits or context reaches the file until
+    /// consent is given, when the identity then in force is written.
     ///
     /// Withdrawing consent also discards the upload queue: nothing recorded
     /// before is uploaded after, when consent returns, in this process or the
@@ -103,6 +106,8 @@ extension EventEngine {
             return state.gates.takeWaiting()
         }
         for entry in discarded { entry.settle?(.dropped(.droppedOptedOut)) }
+        // Given: the identity changed meanwhile is written now.
+        if consent { persistIdentity() }
     }
 
     /// Turns recording on or off. While off, `record` drops events

@@ -98,10 +98,12 @@ extension EventEngine {
         let headAtOpen: Int64
         do {
             let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
+            let consent = state.withLock { $0.consent }
             headAtOpen = try await database.run { [identities] connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
-                // The file's identity, or a new anonymous id for a new file.
-                try identities.persist(on: connection)
+                // The file's identity, or a new anonymous id for a new file;
+                // a change made before start() only with consent.
+                try identities.persist(on: connection, changes: consent)
                 return try connection.headPosition()
             }
             await configuration.startStep?(.identityRead)

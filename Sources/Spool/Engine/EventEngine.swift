@@ -127,9 +127,15 @@ public final class EventEngine: Sendable {
 
         /// Whether the database should stay suspended (outside the short
         /// windows for work that arrives): in the background, or while the
-        /// device is locked.
+        /// files cannot be touched.
         func wantsSuspension(_ configuration: EngineConfiguration) -> Bool {
-            isStarted && ((inBackground && configuration.suspendsInBackground) || protectedDataUnavailable)
+            isStarted && ((inBackground && configuration.suspendsInBackground) || isLockedOut(configuration))
+        }
+
+        /// The device is locked and the files have complete protection: no
+        /// file I/O can succeed, so none is attempted (no window either).
+        func isLockedOut(_ configuration: EngineConfiguration) -> Bool {
+            protectedDataUnavailable && configuration.fileProtection == .complete
         }
     }
 

@@ -119,7 +119,7 @@ extension EventEngine {
                 on: configuration.platform, "Spool: upload queued events and release the database"
             ) { expiry in
                 guard let log = self.state.withLock({ $0.inBackground ? $0.log : nil }) else { return }
-                if !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) {
+                if !expiry.isExpired, !self.state.withLock({ $0.isLockedOut(self.configuration) }) {
                     log.database.resume()  // already suspended (a second notification): upload first
                     if let uploader = self.uploaderBox.withLock({ $0 }) {
                         expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
@@ -148,7 +148,7 @@ extension EventEngine {
     ///   `body` throws.
     func withDatabaseAwake(_ body: @escaping @Sendable () async throws -> Void) async throws {
         guard let log = state.withLock({ $0.log }), log.database.isSuspended else { return try await body() }
-        guard !state.withLock({ $0.protectedDataUnavailable }) else { throw SpoolError.suspended }
+        guard !state.withLock({ $0.isLockedOut(configuration) }) else { throw SpoolError.suspended }
         let outcome = Promise<Result<Void, any Error>>()
         await BackgroundActivity.run(on: configuration.platform, "Spool: upload queued events") { expiry in
             guard !expiry.isExpired else { return outcome.fulfill(.failure(SpoolError.suspended)) }
@@ -169,13 +169,13 @@ extension EventEngine {
     /// While the device is locked, or when the OS grants no time, it waits
     /// for the database to resume.
     func runDeferredWorkInBackgroundWindow() {
-        guard let log = state.withLock({ $0.protectedDataUnavailable ? nil : $0.log }) else { return }
+        guard let log = state.withLock({ $0.isLockedOut(configuration) ? nil : $0.log }) else { return }
         // Unstructured: called on the database queue, which must not wait for the window.
         Task {
             await BackgroundActivity.run(
                 on: configuration.platform, "Spool: commit events recorded in the background"
             ) { expiry in
-                guard !expiry.isExpired, !self.state.withLock({ $0.protectedDataUnavailable }) else { return }
+                guard !expiry.isExpired, !self.state.withLock({ $0.isLockedOut(self.configuration) }) else { return }
                 log.database.resume()
                 do { try await log.waitUntilAllDurable() } catch {}  // failures are reported as diagnostics
                 await self.suspendIfWanted()
