@@ -18,8 +18,7 @@ extension SalvageSource {
     /// A damaged page can hand back cells of garbage that SQLite reads
     /// through, with any rowid. Only a row `accept` takes moves a pass on:
     /// a refused row, or one out of order, is passed over without skipping
-    /// the rows after it. Rowids past the last row read from the table's
-    /// end are not rows of it.
+    /// the rows after it.
     func scan(_ table: String, select: String, _ accept: (Statement) throws -> Bool) throws -> Scan {
         var scan = Scan()
         guard columns[table] != nil else {
@@ -27,13 +26,11 @@ extension SalvageSource {
             return scan
         }
         let reader = RowReader(source: self, table: table, select: select)
-        let last = reader.lastRowid()
-        let upper = last ?? .max
-        let highest = try reader.pass(.up, within: Int64.min...upper, &scan, accept)
-        if let highest, highest < upper {
-            _ = try reader.pass(.down, within: (highest + 1)...upper, &scan, accept)
+        let highest = try reader.pass(.up, within: Int64.min...Int64.max, &scan, accept)
+        if let highest, highest < .max {
+            _ = try reader.pass(.down, within: (highest + 1)...Int64.max, &scan, accept)
         } else if highest == nil {
-            _ = try reader.pass(.down, within: Int64.min...upper, &scan, accept)
+            _ = try reader.pass(.down, within: Int64.min...Int64.max, &scan, accept)
         }
         if scan.accepted == 0 && scan.failures > 0 { scan.unreadable = true }
         return scan
@@ -56,21 +53,6 @@ private struct RowReader {
     }
 
     private enum Probe { case row, end, failed }
-
-    /// The rowid of the table's last row, read from its end; nil when the
-    /// table is empty or its end cannot be read.
-    func lastRowid() -> Int64? {
-        do {
-            // Table names come from the file's own schema; quoted, never values.
-            return try source.connection.withStatement(
-                "SELECT rowid FROM \"\(table)\" ORDER BY rowid DESC LIMIT 1"
-            ) { statement in
-                try statement.step() ? statement.int64(at: 0) : nil
-            }
-        } catch {
-            return nil  // the end is damaged: the passes go without a bound
-        }
-    }
 
     private func sql(_ direction: Direction, limit: Bool) -> String {
         "SELECT rowid, \(select) FROM \"\(table)\" WHERE rowid BETWEEN ? AND ? ORDER BY rowid"
