@@ -58,8 +58,9 @@ struct PlatformDeviceTests {
         let engine = PlatformDayTests.uploading(directory, collector, on: os)
         try await engine.start()
         let before = try recordEvents(engine, 10)
-        // The host goes to the background; its time ends at once.
+        // The host goes to the background; its time ends as soon as given.
         os.send(.didEnterBackground)
+        #expect(try await waitUntil(timeout: 20) { os.activitiesRequested >= 1 })
         os.expireRunning()
         #expect(try await PlatformDayTests.waitUntilSuspended(engine))
         #expect(try SuspensionTests.fileIsFree(directory.databaseURL.path))

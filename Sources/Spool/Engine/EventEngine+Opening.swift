@@ -25,14 +25,23 @@ extension EventEngine {
     /// (often the main actor) nor a thread of the cooperative pool (a few
     /// engines starting at once would hold them all).
     static func openDatabase(_ configuration: EngineConfiguration) async throws -> OpenedDatabase {
-        try await withCheckedThrowingContinuation { continuation in
+        // The result crosses threads under a lock: what the opening thread
+        // built is then visible to the task that goes on with it.
+        let opened = Protected<Result<OpenedDatabase, any Error>?>(nil)
+        await withCheckedContinuation { continuation in
             let thread = Thread {
                 Thread.current.name = "spool.open"  // set here: Linux names only a running thread
-                continuation.resume(with: Result { try SpoolError.bridging { try open(configuration) } })
+                let result = Result { try SpoolError.bridging { try open(configuration) } }
+                opened.withLock { $0 = result }
+                continuation.resume()
             }
             thread.qualityOfService = .userInitiated
             thread.start()
         }
+        guard let result = opened.withLock({ $0 }) else {
+            preconditionFailure("the opening thread resumes only after it set the result")
+        }
+        return try result.get()
     }
 
     private static func open(_ configuration: EngineConfiguration) throws -> OpenedDatabase {
