@@ -90,4 +90,44 @@ struct NewerSchemaTests {
         await engine.close()
         #expect(try DamagedFiles.files(in: directory, startingWith: "OPTEventQueue.newer-").isEmpty)
     }
+
+    @Test("P8: the newer copy is kept as a damaged copy is: one recognised copy in all, and it expires")
+    func theNewerCopyIsBounded() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 5)
+        let path = directory.defaultDataStoreURL.path
+        _ = try Self.migrateAhead(path)
+        func copies() throws -> [String] {
+            try DamagedFiles.files(in: directory, startingWith: "OPTEventQueue.").filter {
+                $0.hasSuffix(".sqlite") && $0 != "OPTEventQueue.sqlite"
+            }
+        }
+
+        let rolledBack = DamagedFiles.engine(directory, collector: collector)
+        try await rolledBack.start()
+        let newer = URL(fileURLWithPath: try #require(rolledBack.salvageReport).damagedCopyPath).lastPathComponent
+        await rolledBack.close()
+        #expect(try copies() == [newer] && newer.hasPrefix("OPTEventQueue.newer-"))
+
+        // A damaged file salvaged later: its copy is the one kept.
+        try DamagedFiles.cli(path, "PRAGMA user_version = 1")
+        let damaged = DamagedFiles.engine(directory, collector: collector)
+        try await damaged.start()
+        let copy = URL(fileURLWithPath: try #require(damaged.salvageReport).damagedCopyPath).lastPathComponent
+        await damaged.close()
+        #expect(try copies() == [copy] && copy.hasPrefix("OPTEventQueue.damaged-"))
+
+        // A newer copy past its retention: a later start() deletes it.
+        _ = try Self.migrateAhead(path)
+        let again = DamagedFiles.engine(directory, collector: collector)
+        try await again.start()
+        await again.close()
+        #expect(try copies().count == 1 && (try copies().first?.hasPrefix("OPTEventQueue.newer-") ?? false))
+        let expiring = DamagedFiles.engine(directory, collector: collector) { $0.damagedCopyRetention = 0 }
+        try await expiring.start()
+        #expect(expiring.salvageReport == nil)
+        await expiring.close()
+        #expect(try copies().isEmpty)
+    }
 }
