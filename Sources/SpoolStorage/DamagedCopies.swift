@@ -7,6 +7,12 @@ import Foundation
 ///   were copied into the fresh file. Only the last one is kept, and it is
 ///   deleted after the configured number of days (and by erasure): nothing
 ///   the app cannot get back goes with it.
+/// - `<stem>.newer-<UTC date>.<ext>` — a Spool database whose schema is newer
+///   than this library's (a newer version of the app wrote it): the rows of
+///   the tables this version knows, in the columns it knows, were copied
+///   into the fresh file. Kept like a damaged copy: it is Spool's own file
+///   and holds the same events, so it shares the bound, the expiry and the
+///   erasure.
 /// - `<stem>.unrecognized-<UTC date>.<ext>` — a file in which Spool found no
 ///   schema of its own (not SQLite, unreadable, or someone else's database).
 ///   Nothing in it was copied, so Spool never deletes it.
@@ -14,7 +20,11 @@ import Foundation
 /// For `OPTEventQueue.sqlite`: `OPTEventQueue.damaged-20250601T101530Z.sqlite`.
 package struct DamagedCopies: Sendable {
     package enum Kind: String, Sendable, CaseIterable {
-        case damaged, unrecognized
+        case damaged, newer, unrecognized
+
+        /// Whether copies of this kind are Spool's own files, whose rows the
+        /// fresh file holds: only the last one is kept, and it expires.
+        package var expires: Bool { self != .unrecognized }
     }
 
     /// One copy: its database file's path.
@@ -99,14 +109,15 @@ package struct DamagedCopies: Sendable {
         return names
     }
 
-    /// Deletes the recognised copies (``Kind/damaged``) set aside before
-    /// `cutoff` (all when nil), except `keeping`, with their companions.
+    /// Deletes the recognised copies (``Kind/damaged`` and ``Kind/newer``)
+    /// set aside before `cutoff` (all when nil), except `keeping`, with their
+    /// companions.
     ///
     /// - Returns: the database paths deleted.
     @discardableResult
     package func deleteDamaged(before cutoff: Date?, keeping: String? = nil) -> [String] {
         var deleted: [String] = []
-        for copy in list() where copy.kind == .damaged && copy.path != keeping {
+        for copy in list() where copy.kind.expires && copy.path != keeping {
             if let cutoff, copy.date >= cutoff { continue }
             for companion in Self.companions {
                 // A companion that is not there, or already gone, is fine.

@@ -43,6 +43,13 @@ package enum Salvager {
     /// file and its `-wal` and `-shm` aside under a dated name, and the fresh
     /// one into its place. Older recognised copies go (the last one is kept).
     ///
+    /// `kind` names the copy when the file holds Spool's schema:
+    /// ``DamagedCopies/Kind/newer`` for a file whose schema is newer than
+    /// this library's (only the tables and columns the fresh file has are
+    /// copied; the rest stays in the copy), ``DamagedCopies/Kind/damaged``
+    /// otherwise. A file without Spool's schema is always
+    /// ``DamagedCopies/Kind/unrecognized``.
+    ///
     /// `mark` is the high-water mark found beside it: when it names this
     /// file, positions up to it count as committed.
     ///
@@ -50,7 +57,8 @@ package enum Salvager {
     /// fails, the damaged file stays (or is put back) where it was, the
     /// half-built fresh one is removed, and the error is thrown.
     package static func salvage(
-        path: String, options: ConnectionOptions, mark: StoreMark.Value?, date: Date
+        path: String, options: ConnectionOptions, mark: StoreMark.Value?, date: Date,
+        kind: DamagedCopies.Kind = .damaged
     ) throws -> SalvageOutcome {
         let copies = DamagedCopies(databasePath: path)
         let building = copies.buildingPath
@@ -58,7 +66,7 @@ package enum Salvager {
         var outcome: SalvageOutcome
         do {
             outcome = try build(building, from: path, options: options, mark: mark)
-            let copy = copies.newPath(outcome.recognized ? .damaged : .unrecognized, at: date)
+            let copy = copies.newPath(outcome.recognized ? kind : .unrecognized, at: date)
             try copies.move(from: path, to: copy)
             do {
                 try copies.move(from: building, to: path)

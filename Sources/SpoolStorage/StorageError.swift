@@ -70,4 +70,12 @@ extension StorageError {
         default: return false
         }
     }
+
+    /// Whether `error` says the file's schema is newer than this library's
+    /// (a newer version of the app migrated it): no damage, but a file
+    /// ``Salvager`` can copy into this version's schema.
+    package static func meansNewerSchema(_ error: any Error) -> Bool {
+        if case StorageError.schemaTooNew = error { return true }
+        return false
+    }
 }

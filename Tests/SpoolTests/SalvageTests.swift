@@ -238,22 +238,29 @@ struct SalvageTests {
         try await startFails { $0 as? SpoolError == .notADatabase(path: path) }
     }
 
-    @Test("P4: a newer schema still throws, with salvage on, and the file is left untouched")
-    func newerSchemaStillThrows() async throws {
+    @Test("P4, P8: salvage off — a newer schema throws schemaTooNew at every launch, and the file is left untouched")
+    func newerSchemaWithSalvageOff() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 10)
         let url = directory.defaultDataStoreURL
-        try DamagedFiles.cli(url.path, "PRAGMA user_version = 99")
+        _ = try NewerSchemaTests.migrateAhead(url.path)
         let before = try Data(contentsOf: url)
-        let engine = DamagedFiles.engine(directory, collector: collector)
-        await #expect(throws: SpoolError.schemaTooNew(path: url.path, version: 99, latestKnown: Self.latest)) {
-            try await engine.start()
+        for _ in 0..<2 {
+            let engine = DamagedFiles.engine(directory, collector: collector) { $0.salvagesDamagedDatabase = false }
+            await #expect(
+                throws: SpoolError.schemaTooNew(path: url.path, version: NewerSchemaTests.newer, latestKnown: Self.latest)
+            ) {
+                try await engine.start()
+            }
+            #expect(engine.salvageReport == nil)
+            await engine.close()
         }
-        await engine.close()
-        #expect(try Data(contentsOf: url) == before)
+        #expect(try Data(contentsOf: url) == before, "untouched")
         #expect(
-            try DamagedFiles.files(in: directory, startingWith: "OPTEventQueue.").count == 2, "no copy, no fresh file")
+            try DamagedFiles.files(in: directory, startingWith: "OPTEventQueue.") == [
+                "OPTEventQueue.sqlite", "OPTEventQueue.sqlite-mark",
+            ], "no copy, no fresh file")
     }
 
     @Test(

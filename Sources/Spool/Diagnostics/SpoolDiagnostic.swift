@@ -83,9 +83,11 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case filePolicyNotApplied
         /// `start()` found the database file unusable (not a database,
         /// malformed, cut short, missing events it committed, a schema no
-        /// migration explains), or a read while running met a malformed page,
-        /// and salvaged it: the file was set aside and a fresh one started
-        /// with every row that could be read.
+        /// migration explains, a schema newer than this library's), or a
+        /// read while running met a malformed page, and salvaged it: the file
+        /// was set aside and a fresh one started with every row that could be
+        /// read (for a newer schema, in the tables and columns this library
+        /// knows).
         /// `eventCount` is the events known lost; ``EventEngine/salvageReport``
         /// has the details.
         case storeSalvaged

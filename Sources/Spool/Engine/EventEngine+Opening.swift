@@ -78,15 +78,21 @@ extension EventEngine {
             return OpenedDatabase(
                 database: database, mark: CommitMark(mark, shape), salvage: nil, missingCommitted: missing,
                 missingInFile: shape.missingEvents)
-        } catch let damage where salvages && StorageError.meansDamage(damage) {
+        } catch let damage
+            where salvages && (StorageError.meansDamage(damage) || StorageError.meansNewerSchema(damage))
+        {
+            // A newer schema is no damage, but this version can use no more
+            // of it than the tables and columns it knows: it is copied the
+            // same way and set aside as `.newer-`.
+            let kind: DamagedCopies.Kind = StorageError.meansNewerSchema(damage) ? .newer : .damaged
             let date = Date()
             let outcome: SalvageOutcome
             do {
-                outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date)
+                outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date, kind: kind)
             } catch {
                 // The salvage could not finish (a directory that cannot be
-                // written, a full disk): the damaged file is where it was,
-                // and the app learns what made it unusable.
+                // written, a full disk): the file is where it was, and the
+                // app learns what made it unusable.
                 throw damage
             }
             let (database, shape) = try openChecked(path, options, salvaging: false)
@@ -133,6 +139,9 @@ extension EventEngine {
         case StorageError.damaged(_, let reason): return reason
         case StorageError.schemaUnexplained(_, let version, let reason):
             return "its schema version \(version) does not explain its tables: \(reason)"
+        case StorageError.schemaTooNew(_, let version, let latestKnown):
+            return
+                "its schema version \(version) is newer than \(latestKnown), the newest this version of Spool knows (a newer version of the app wrote it); the tables and columns it does not know stay in the set-aside file"
         case let error as SQLiteError: return "SQLite reports it damaged: \(error.message)"
         default: return "\(error)"
         }

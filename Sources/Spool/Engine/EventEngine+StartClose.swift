@@ -24,7 +24,10 @@ extension EventEngine {
     /// A file it cannot use as it is (not a database, malformed, cut short,
     /// missing events it committed, a schema no migration explains) is
     /// salvaged: set aside, with every row that can still be read copied into
-    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). It reads
+    /// a fresh file (see ``SalvageReport`` and ``salvageReport``). So is a
+    /// file a newer version of the app migrated to a schema this library
+    /// does not know: its rows are copied in the tables and columns this
+    /// library knows, and its queued events are uploaded. It reads
     /// only the ends of each table: a malformed page that a later read or
     /// commit meets is salvaged then, while the engine runs. Events the file
     /// had committed and lost (a WAL deleted after a crash) are reported as a
@@ -32,10 +35,11 @@ extension EventEngine {
     /// positions are not handed out again.
     ///
     /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
-    ///   opened (``SpoolError/cannotOpen(path:reason:)``,
-    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``; with
+    ///   opened (``SpoolError/cannotOpen(path:reason:)``; with
     ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
-    ///   salvage cannot finish, ``SpoolError/notADatabase(path:)``,
+    ///   salvage cannot finish,
+    ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``,
+    ///   ``SpoolError/notADatabase(path:)``,
     ///   ``SpoolError/damaged(path:reason:)``,
     ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
     ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started

@@ -17,6 +17,13 @@ import SpoolStorage
 /// ``EventEngine/salvageReport`` say what it recovered and what it knows it
 /// lost.
 ///
+/// A file a newer version of the app migrated to a schema this library does
+/// not know (an app rolled back to an older version) is salvaged the same
+/// way: the rows of the tables this library knows, in the columns it knows,
+/// are copied into a fresh file at this library's schema, the newer file is
+/// set aside whole, and the events it had queued are uploaded. ``reason``
+/// names the file's schema version and the newest this library knows.
+///
 /// Recovered events keep their ids, order and contents. Their positions
 /// (`seq`) close up over the lost ones, and each consumer's position moves
 /// with them: the events a consumer had not finished and that were lost
@@ -39,11 +46,12 @@ import SpoolStorage
 /// ``EngineConfiguration/salvagesDamagedDatabase`` turns this off: `start()`
 /// then throws (``SpoolError/notADatabase(path:)``,
 /// ``SpoolError/damaged(path:reason:)``,
-/// ``SpoolError/schemaUnexplained(path:version:reason:)``, or a
-/// ``SQLiteError`` with `.corrupt`) and leaves the file untouched. A newer
-/// schema (``SpoolError/schemaTooNew(path:version:latestKnown:)``), a
-/// location that cannot be written, a busy file, a full disk or an I/O error
-/// are not damage: `start()` throws for them either way.
+/// ``SpoolError/schemaUnexplained(path:version:reason:)``, a
+/// ``SQLiteError`` with `.corrupt`, or for a newer schema
+/// ``SpoolError/schemaTooNew(path:version:latestKnown:)``) and leaves the
+/// file untouched. A location that cannot be written, a busy file, a full
+/// disk or an I/O error are not damage: `start()` throws for them either
+/// way.
 public struct SalvageReport: Sendable, Hashable, CustomStringConvertible {
     /// Row counts in Spool's tables.
     public struct Rows: Sendable, Hashable {
@@ -67,9 +75,13 @@ public struct SalvageReport: Sendable, Hashable, CustomStringConvertible {
     /// schema in it: every row it could read is in the fresh file, so the
     /// copy is kept only for inspection — the last one only, deleted after
     /// ``EngineConfiguration/damagedCopyRetention`` and by
-    /// ``EventEngine/eraseAllData()``. `<name>.unrecognized-<UTC date>.<extension>`
-    /// when it did not (not SQLite, unreadable, or another program's
-    /// database): nothing in it was copied, and Spool never deletes it.
+    /// ``EventEngine/eraseAllData()``. `<name>.newer-<UTC date>.<extension>`
+    /// when its schema was newer than this library's: it still holds the
+    /// tables and columns this library does not know, and is kept the same
+    /// way (one recognised copy in all, damaged or newer).
+    /// `<name>.unrecognized-<UTC date>.<extension>` when it held no schema of
+    /// Spool's (not SQLite, unreadable, or another program's database):
+    /// nothing in it was copied, and Spool never deletes it.
     public let damagedCopyPath: String
     /// Whether Spool deletes the damaged copy later (it recognised the file
     /// as its own).

@@ -13,8 +13,16 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// ``EngineConfiguration/salvagesDamagedDatabase`` off; otherwise the
     /// file is set aside and a fresh one started (see ``SalvageReport``).
     case notADatabase(path: String)
-    /// The database was written by a newer Spool whose schema this library
-    /// does not know. The file is left untouched; upgrade the library.
+    /// The database was migrated by a newer Spool (a newer version of the
+    /// app) to a schema this library does not know: its `version` is above
+    /// `latestKnown`. The file is left untouched.
+    ///
+    /// ``EventEngine/start()`` throws it only with
+    /// ``EngineConfiguration/salvagesDamagedDatabase`` off, or when the
+    /// salvage cannot finish; otherwise the events and the other rows in the
+    /// tables and columns this library knows are copied into a fresh file,
+    /// the newer file is set aside beside it, and the queued events are
+    /// uploaded (see ``SalvageReport``).
     case schemaTooNew(path: String, version: Int, latestKnown: Int)
     /// The file's schema is in a state no migration explains: its
     /// `PRAGMA user_version` says `version`, but its tables say otherwise
