@@ -133,8 +133,10 @@ public struct EngineConfiguration: Sendable {
     public var suspendsInBackground: Bool = true
     /// Whether ``EventEngine/start()`` salvages a database file it cannot
     /// use — not a database, reported malformed by SQLite when first read,
-    /// cut short, missing events it committed, or with a schema no migration
-    /// explains — instead of throwing. Default true: the file and its `-wal`
+    /// cut short, missing events it committed, with a schema no migration
+    /// explains, or with a newer schema than this library knows (an app
+    /// rolled back to an older version: the columns it knows are copied) —
+    /// instead of throwing. Default true: the file and its `-wal`
     /// and `-shm` are moved aside under a dated name, every row that can
     /// still be read is copied into a fresh file, and Spool starts on it (see
     /// ``SalvageReport``). False: `start()` throws, at every launch, and
