@@ -15,7 +15,8 @@ import Foundation
 ///   erasure.
 /// - `<stem>.unrecognized-<UTC date>.<ext>` — a file in which Spool found no
 ///   schema of its own (not SQLite, unreadable, or someone else's database).
-///   Nothing in it was copied, so Spool never deletes it.
+///   Nothing in it was copied, so it never expires; only an erasure
+///   deletes it (it sat at the app's database path).
 ///
 /// For `OPTEventQueue.sqlite`: `OPTEventQueue.damaged-20250601T101530Z.sqlite`.
 package struct DamagedCopies: Sendable {
@@ -113,19 +114,43 @@ package struct DamagedCopies: Sendable {
     /// set aside before `cutoff` (all when nil), except `keeping`, with their
     /// companions.
     ///
-    /// - Returns: the database paths deleted.
+    /// - Returns: the database paths of the copies that could not be
+    ///   deleted whole (a file of theirs is still there).
     @discardableResult
     package func deleteDamaged(before cutoff: Date?, keeping: String? = nil) -> [String] {
-        var deleted: [String] = []
-        for copy in list() where copy.kind.expires && copy.path != keeping {
-            if let cutoff, copy.date >= cutoff { continue }
-            for companion in Self.companions {
-                // A companion that is not there, or already gone, is fine.
-                try? FileManager.default.removeItem(atPath: copy.path + companion)
-            }
-            deleted.append(copy.path)
+        list().filter { copy in
+            guard copy.kind.expires, copy.path != keeping else { return false }
+            if let cutoff, copy.date >= cutoff { return false }
+            return !Self.delete(copy.path)
+        }.map(\.path)
+    }
+
+    /// Deletes every copy set aside at the database's path, of every kind
+    /// (an unrecognized file sat at the app's database path too, and may hold
+    /// the same user's data), with their companions: what an erasure does.
+    ///
+    /// - Returns: the paths of the files that could not be deleted.
+    package func deleteAll() -> [String] {
+        list().flatMap { copy -> [String] in
+            Self.delete(copy.path)
+            return Self.companions.map { copy.path + $0 }.filter { FileManager.default.fileExists(atPath: $0) }
         }
-        return deleted
+    }
+
+    /// Deletes a copy's database and companions; returns whether none is
+    /// left (one that was not there counts as deleted).
+    @discardableResult
+    private static func delete(_ path: String) -> Bool {
+        var whole = true
+        for companion in companions where FileManager.default.fileExists(atPath: path + companion) {
+            do {
+                try FileManager.default.removeItem(atPath: path + companion)
+            } catch {
+                // Gone meanwhile (another process deleted it) is deleted.
+                whole = whole && !FileManager.default.fileExists(atPath: path + companion)
+            }
+        }
+        return whole
     }
 
     /// Moves a database and its companions from `source` to `target` (the

@@ -201,6 +201,74 @@ struct PrivacyTests {
         await engine.close()
     }
 
+    /// Makes `folder` refuse to have entries removed, also for root (the
+    /// immutable attribute where chmod does not hold); returns what undoes
+    /// it, or nil when neither holds here.
+    static func makeReadOnly(_ folder: URL) throws -> (() -> Void)? {
+        let probe = folder.appendingPathComponent("probe-readonly")
+        _ = FileManager.default.createFile(atPath: probe.path, contents: Data("p".utf8))
+        func holds() -> Bool {
+            guard unlink(probe.path) != 0 else {
+                _ = FileManager.default.createFile(atPath: probe.path, contents: Data("p".utf8))
+                return false
+            }
+            return true
+        }
+        chmod(folder.path, 0o555)
+        if holds() { return { chmod(folder.path, 0o755); unlink(probe.path) } }
+        chmod(folder.path, 0o755)
+        if (try? runProcess("/usr/bin/chattr", ["+i", folder.path]))?.status == 0, holds() {  // try?: no chattr here
+            return {
+                // try?: undoing fails only where doing it failed.
+                _ = try? runProcess("/usr/bin/chattr", ["-i", folder.path])
+                unlink(probe.path)
+            }
+        }
+        unlink(probe.path)
+        return nil
+    }
+
+    @Test(
+        "P9: eraseAllData() deletes every copy set aside at the database's path, damaged, newer or unrecognised; one a read-only folder keeps makes it throw erasureIncomplete naming it"
+    )
+    func erasureDeletesEverySetAsideCopy() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory)
+        let copies = DamagedCopies(databasePath: directory.databaseURL.path)
+        func setAside() -> Set<String> {
+            var files: Set<String> = []
+            for (index, kind) in DamagedCopies.Kind.allCases.enumerated() {
+                let path = copies.newPath(kind, at: Date(timeIntervalSince1970: 1_700_000_000 + Double(index)))
+                for companion in ["", "-wal"] {
+                    _ = FileManager.default.createFile(atPath: path + companion, contents: Data("user-data".utf8))
+                    files.insert(path + companion)
+                }
+            }
+            return files
+        }
+        let first = setAside()
+        #expect(copies.list().count == 3)
+        try await engine.eraseAllData()
+        #expect(first.filter { FileManager.default.fileExists(atPath: $0) }.isEmpty, "every copy deleted")
+
+        let second = setAside()
+        guard let undo = try Self.makeReadOnly(directory.url) else {
+            print("P9: no way to make a folder read-only here; the refusal is not checked")
+            await engine.close()
+            return
+        }
+        do {
+            try await engine.eraseAllData()
+            Issue.record("eraseAllData() reported success with copies left")
+        } catch SpoolError.erasureIncomplete(let paths) {
+            #expect(Set(paths) == second, "names every file left")
+        }
+        undo()
+        try await engine.eraseAllData()
+        #expect(second.filter { FileManager.default.fileExists(atPath: $0) }.isEmpty)
+        await engine.close()
+    }
+
     @Test("withdrawConsent(erasingData: true) erases what is on disk; the default keeps the history")
     func withdrawingConsentCanErase() async throws {
         let directory = TemporaryDirectory()

@@ -12,7 +12,7 @@ struct SalvageTests {
     typealias Rows = SalvageReport.Rows
     static let latest = Migrator(migrations: Migration.embedded).latestVersion
 
-    @Test("P4: 64 KiB of garbage is set aside and never deleted; a fresh file takes its place")
+    @Test("P4: 64 KiB of garbage is set aside, never expires and is deleted by an erasure; a fresh file takes its place")
     func garbageIsSetAside() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -33,18 +33,17 @@ struct SalvageTests {
 
         let (accepted, newID) = try await DamagedFiles.recordAndUpload(engine, collector: collector)
         #expect(accepted.count == 2 && accepted.last == newID, "session_start and the new event")
-        try await engine.eraseAllData()
         await engine.close()
-        #expect(
-            FileManager.default.fileExists(atPath: report.damagedCopyPath),
-            "erasure keeps a file Spool did not recognise")
 
         // Expired long ago, as far as a recognised copy goes: still kept.
         let later = DamagedFiles.engine(directory, collector: collector) { $0.damagedCopyRetention = 0 }
         try await later.start()
         #expect(later.salvageReport == nil, "the fresh file is fine")
-        await later.close()
         #expect(FileManager.default.fileExists(atPath: report.damagedCopyPath))
+        // An erasure deletes it: it sat at the app's database path.
+        try await later.eraseAllData()
+        await later.close()
+        #expect(!FileManager.default.fileExists(atPath: report.damagedCopyPath), "erased with the rest")
         #expect(DatabaseFileCheck.pageSize(path) == Connection.newFilePageSize)
     }
 

@@ -147,7 +147,8 @@ public struct EngineConfiguration: Sendable {
     /// inspection before a later ``EventEngine/start()`` deletes it. Default
     /// 7 days. Only the last copy is kept, and only one Spool recognised as
     /// its own (every row it could read is in the fresh file); a file it did
-    /// not recognise is set aside and never deleted.
+    /// not recognise is set aside and deleted only by
+    /// ``EventEngine/eraseAllData()``.
     public var damagedCopyRetention: TimeInterval = 7 * 86_400
     /// The free space, in bytes, below which the database file stops
     /// growing. Default 50 MB; `nil` never checks.

@@ -174,10 +174,15 @@ extension EventEngine {
         state.withLock { $0.salvage }
     }
 
-    /// Deletes the recognised copies of damaged databases (they hold events).
-    func deleteDamagedCopies() {
+    /// Deletes every copy set aside at the database's path, recognised or
+    /// not (they may hold the user's data), for an erasure.
+    ///
+    /// - Throws: ``SpoolError/erasureIncomplete(paths:)`` naming the files
+    ///   that could not be deleted.
+    func deleteSetAsideCopies() throws {
         guard case .file(let url) = configuration.database else { return }
-        DamagedCopies(databasePath: url.path).deleteDamaged(before: nil)
+        let left = DamagedCopies(databasePath: url.path).deleteAll()
+        if !left.isEmpty { throw SpoolError.erasureIncomplete(paths: left) }
     }
 }
 

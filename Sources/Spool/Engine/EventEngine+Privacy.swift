@@ -13,9 +13,9 @@ extension EventEngine {
     /// are committed first, then deleted with `secure_delete` on (their bytes
     /// overwritten with zeros) in one transaction; the WAL, which still holds
     /// earlier copies of those pages, is checkpointed and truncated to zero
-    /// bytes; and the file is rebuilt to its live size. The copies of damaged
-    /// databases Spool recognised and set aside (see ``SalvageReport``) are
-    /// deleted too. An upload in flight
+    /// bytes; and the file is rebuilt to its live size. Every copy Spool set
+    /// aside at the database's path (damaged, newer or unrecognised: see
+    /// ``SalvageReport``) is deleted too, with its `-wal` and `-shm`. An upload in flight
     /// is allowed to finish first (a request already sent cannot be called
     /// back), and none starts until the erasure is done, so no erased event is
     /// uploaded after this returns. Every event accepted from then on, in
@@ -33,7 +33,10 @@ extension EventEngine {
     ///
     /// Use it for an account deletion or an erasure request (GDPR, CCPA).
     ///
-    /// - Throws: ``SpoolError/notStarted`` before `start()`; a ``SQLiteError``
+    /// - Throws: ``SpoolError/erasureIncomplete(paths:)`` when a copy set
+    ///   aside could not be deleted (the database itself was erased: the
+    ///   paths named are what is left); ``SpoolError/notStarted`` before
+    ///   `start()`; a ``SQLiteError``
     ///   when the database could not be written (nothing was deleted then),
     ///   or with `.busy` when another process held a read transaction so
     ///   long that the WAL could not be truncated (the rows are deleted; call
@@ -69,7 +72,7 @@ extension EventEngine {
             // that ended on a database error) name the events just erased.
             await uploaderBox.withLock { $0 }?.forgetUnsavedRecords()
             events.durables.erased(through: head)
-            deleteDamagedCopies()
+            try deleteSetAsideCopies()
         }
     }
 

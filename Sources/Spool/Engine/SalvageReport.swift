@@ -81,7 +81,8 @@ public struct SalvageReport: Sendable, Hashable, CustomStringConvertible {
     /// way (one recognised copy in all, damaged or newer).
     /// `<name>.unrecognized-<UTC date>.<extension>` when it held no schema of
     /// Spool's (not SQLite, unreadable, or another program's database):
-    /// nothing in it was copied, and Spool never deletes it.
+    /// nothing in it was copied, and only ``EventEngine/eraseAllData()``
+    /// deletes it.
     public let damagedCopyPath: String
     /// Whether Spool deletes the damaged copy later (it recognised the file
     /// as its own).

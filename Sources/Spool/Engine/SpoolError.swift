@@ -77,6 +77,12 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// and commits keep failing (a full disk) or the writer made no room
     /// within 2 seconds (another process holding the file's write lock).
     case bufferFull(events: Int, bytes: Int)
+    /// ``EventEngine/eraseAllData()`` erased the database, but these files
+    /// set aside beside it (copies of damaged, newer or unrecognised
+    /// databases, and their companions) could not be deleted: they may still
+    /// hold the user's data. Delete them, or call `eraseAllData()` again once
+    /// they can be.
+    case erasureIncomplete(paths: [String])
 
     /// A sentence for logs and alerts, naming the path or the event involved.
     public var description: String {
@@ -115,6 +121,9 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
         case .bufferFull(let events, let bytes):
             return
                 "The event was not accepted: \(events) events (\(bytes) bytes) already wait for the writer, which is failing or blocked"
+        case .erasureIncomplete(let paths):
+            return
+                "The database was erased, but \(paths.count) files set aside beside it could not be deleted and may still hold user data: \(paths.joined(separator: ", "))"
         }
     }
 }
