@@ -70,9 +70,24 @@ public final class EventEngine: Sendable {
             /// (nil when it opened none).
             case closing(EventLog?)
             case closed
+
+            /// The open log: while started, and while closing.
+            var log: EventLog? {
+                switch self {
+                case .started(let log): return log
+                case .closing(let log): return log
+                case .idle, .starting, .closed: return nil
+                }
+            }
         }
 
-        var phase = Phase.idle
+        var phase = Phase.idle {
+            didSet { log = phase.log }
+        }
+        /// The phase's log, kept beside it so that `record` uses it in place:
+        /// reading it out of the enum would move its reference count, which
+        /// the writer's thread moves too, on every call.
+        private(set) var log: EventLog?
         /// Consent, the switch, the session and the events waiting for one.
         var gates: SessionGates
         /// Names never delivered: the configured exclusions and the heartbeat.
@@ -102,15 +117,6 @@ public final class EventEngine: Sendable {
 
         var consent: Bool { gates.consent }
         var enabled: Bool { gates.enabled }
-
-        /// The open log: while started, and while closing.
-        var log: EventLog? {
-            switch phase {
-            case .started(let log): return log
-            case .closing(let log): return log
-            case .idle, .starting, .closed: return nil
-            }
-        }
 
         var isStarted: Bool {
             if case .started = phase { return true }
