@@ -14,6 +14,15 @@ struct PlatformDayTests {
         try await waitUntil(timeout: 20, interval: 0.005) { engine.isDatabaseSuspended == suspended }
     }
 
+    /// What the engine's lifecycle state is, for a failure's message.
+    static func lifecycle(_ engine: EventEngine, _ os: FakeOS) -> String {
+        let (background, going, again) = engine.state.withLock {
+            ($0.inBackground, $0.goingToBackground, $0.backgroundAgain)
+        }
+        return "suspended \(engine.isDatabaseSuspended), in background \(background), going \(going), again \(again), "
+            + "activities asked \(os.activitiesRequested), running \(os.activitiesRunning)"
+    }
+
     static func uploading(
         _ directory: TemporaryDirectory, _ collector: TestCollector, on os: FakeOS, batchSize: Int = 1_000,
         timerInterval: TimeInterval = 3_600
@@ -36,7 +45,7 @@ struct PlatformDayTests {
         try await engine.settle()
         #expect(collector.acceptedIDs().isEmpty, "nothing uploads before the background")
         os.send(.didEnterBackground)
-        #expect(try await Self.waitUntilSuspended(engine))
+        #expect(try await Self.waitUntilSuspended(engine), "\(Self.lifecycle(engine, os))")
         #expect(Set(collector.acceptedIDs()).isSuperset(of: ids), "uploaded before the suspension")
         #expect(try SuspensionTests.fileIsFree(directory.databaseURL.path))
         #expect(try await waitUntil(timeout: 10) { os.activitiesRunning == 0 }, "the activity ended")
@@ -96,7 +105,7 @@ struct PlatformDayTests {
         let os = FakeOS()
         let engine = try await startedEngine(directory) { $0 = $0.on(os) }
         os.send(.didEnterBackground)
-        #expect(try await Self.waitUntilSuspended(engine))
+        #expect(try await Self.waitUntilSuspended(engine), "\(Self.lifecycle(engine, os))")
         // Work that arrives while suspended opens a window; it holds the
         // database queue until the gate opens, so the window's suspension
         // waits behind it while the app comes back.
@@ -150,7 +159,7 @@ struct PlatformDayTests {
         let os = FakeOS()
         let engine = try await startedEngine(directory) { $0 = $0.on(os) }
         os.send(.didEnterBackground)
-        #expect(try await Self.waitUntilSuspended(engine))
+        #expect(try await Self.waitUntilSuspended(engine), "\(Self.lifecycle(engine, os))")
         #expect(try await waitUntil(timeout: 10) { os.activitiesRunning == 0 })
         // From now on the system ends every grant as soon as it is made.
         os.grant = .refused

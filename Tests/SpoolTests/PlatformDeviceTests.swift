@@ -4,7 +4,7 @@ import Testing
 @testable import Spool
 @testable import SpoolStorage
 
-/// The device around the app (O6–O8, O12): switches between background and
+/// The device around the app (O6–O8, O12, O13): switches between background and
 /// foreground faster than the work they start, an app extension's short
 /// background time, a locked device, a memory warning.
 @Suite(.needsChildProcesses)
@@ -143,6 +143,39 @@ struct PlatformDeviceTests {
         #expect(
             try await waitUntil(timeout: 10, asking: { try await engine.query { $0.cacheBytesUsed } < warm / 2 }),
             "the page cache (\(warm) bytes) given back")
+        await engine.close()
+    }
+
+    @Test(
+        "O13: a durable listener's catch-up asked for in the background, when the system grants no time: the file untouched, then everything delivered once, in order, back in the foreground"
+    )
+    func catchUpWithoutBackgroundTime() async throws {
+        let directory = TemporaryDirectory()
+        let os = FakeOS()
+        // Registered at the first launch, then away while 3,000 events are recorded.
+        let engine = try await startedEngine(directory) { configuration in
+            configuration = configuration.on(os)
+        } before: { engine in
+            engine.events.addDurableObserver(CollectingListener(), id: "away")
+        }
+        engine.events.removeDurableObserver(id: "away")
+        for index in 0..<3_000 { try engine.record("missed", parameters: ["i": .int(index)]) }
+        try await engine.settle()
+        os.send(.didEnterBackground)
+        #expect(try await PlatformDayTests.waitUntilSuspended(engine), "\(PlatformDayTests.lifecycle(engine, os))")
+        #expect(try await waitUntil(timeout: 10) { os.activitiesRunning == 0 })
+        os.grant = .refused
+        let listener = CollectingListener()
+        engine.events.addDurableObserver(listener, id: "away")
+        #expect(try await waitUntil(timeout: 10) { os.activitiesRequested >= 2 }, "a window was asked for")
+        #expect(listener.customNames.isEmpty, "nothing read without time")
+        #expect(engine.isDatabaseSuspended)
+        #expect(try SuspensionTests.fileIsFree(directory.databaseURL.path))
+        os.grant = .granted
+        os.send(.didBecomeActive)
+        #expect(try await waitUntil(timeout: 30) { listener.customNames.count == 3_000 })
+        let order = listener.received.withLock { $0.filter { $0.name == "missed" }.compactMap { $0.parameters["i"]?.intValue } }
+        #expect(order == Array(0..<3_000), "each once, in order")
         await engine.close()
     }
 }
