@@ -15,9 +15,10 @@ extension CollectorBoundaryAdversaryTests {
         maxQueueSize: Int = 10_000, configure: (inout EngineConfiguration) -> Void = { _ in },
         before: (EventEngine) -> Void = { _ in }
     ) async throws -> (EventEngine, [String]) {
+        // No timer pass (an hour): a loaded run can outlast the default 60 s.
         var configuration = uploadingConfiguration(
-            directory, collector: collector, batchSize: 100, maxQueueSize: maxQueueSize, requestTimeout: 30,
-            retry: slowRetry, request: UploadRequestOptions(compression: .identity))
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maxQueueSize: maxQueueSize,
+            requestTimeout: 30, retry: slowRetry, request: UploadRequestOptions(compression: .identity))
         configure(&configuration)
         let engine = EventEngine(configuration: configuration)
         before(engine)

@@ -247,8 +247,10 @@ struct UploadRequestTests {
     func engine(transport: some UploadTransport, format: some BatchFormat = SpoolBatchFormat(), batchSize: Int = 100)
         -> EventEngine
     {
+        // No timer pass: under a loaded run a test can outlast the default
+        // 60 s, and a pass of its own would take the scripted answers.
         let dispatcher = DefaultEventDispatcher(
-            batchSize: batchSize, backingStore: .memory, requestTimeout: 5, format: format,
+            batchSize: batchSize, backingStore: .memory, timerInterval: 3_600, requestTimeout: 5, format: format,
             request: UploadRequestOptions(headers: ["X-Tenant": "t1"], allowsExpensiveNetworkAccess: false),
             transport: transport)
         return EventEngine(
