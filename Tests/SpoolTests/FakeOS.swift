@@ -62,12 +62,13 @@ final class FakeOS: SpoolPlatform {
             if state.grant == .granted { state.activities[state.requested] = Activity(block: block) }
             return (state.grant, state.requested)
         }
-        // A thread of the system's, as ProcessInfo's.
-        DispatchQueue.global().async { [self] in
+        // A thread of its own, as ProcessInfo's: the block may wait there
+        // for the work, which must not take a thread the executor needs.
+        Thread { [self] in
             guard grant == .granted else { return block(true) }
             block(false)
             state.withLock { $0.activities[id]?.running = false }
-        }
+        }.start()
     }
 
     func makeNetworkPath() -> (any NetworkPathSource)? { networkPath }
@@ -98,7 +99,7 @@ final class FakeOS: SpoolPlatform {
             }
             return blocks
         }
-        for block in blocks { DispatchQueue.global().async { block(true) } }
+        for block in blocks { Thread { block(true) }.start() }
     }
 
     /// Engines observing the lifecycle now.
