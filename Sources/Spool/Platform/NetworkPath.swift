@@ -21,17 +21,6 @@ protocol NetworkPathSource: AnyObject, Sendable {
     func cancel()
 }
 
-enum NetworkPaths {
-    /// The platform's monitor, or nil where there is none.
-    static func system() -> (any NetworkPathSource)? {
-        #if canImport(Network)
-            return SystemNetworkPath()
-        #else
-            return nil
-        #endif
-    }
-}
-
 #if canImport(Network)
     /// `NWPathMonitor` (iOS 12, macOS 10.14, tvOS 12, watchOS 5: below
     /// Spool's floor) on a queue of its own.

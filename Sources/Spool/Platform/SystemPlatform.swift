@@ -84,7 +84,11 @@ final class SystemPlatform: SpoolPlatform {
     // MARK: Files and the device
 
     func makeNetworkPath() -> (any NetworkPathSource)? {
-        NetworkPaths.system()
+        #if canImport(Network)
+            return SystemNetworkPath()
+        #else
+            return nil
+        #endif
     }
 
     func availableSpace(at path: String) -> Int64? {
