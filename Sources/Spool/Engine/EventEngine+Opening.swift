@@ -29,14 +29,20 @@ extension EventEngine {
         // built is then visible to the task that goes on with it.
         let opened = Protected<Result<OpenedDatabase, any Error>?>(nil)
         await withCheckedContinuation { continuation in
+            let recorded = DispatchSemaphore(value: 0)
             let thread = Thread {
-                Thread.current.name = "spool.open"  // set here: Linux names only a running thread
+                // Named once start() has recorded the thread: Linux's
+                // Foundation applies a name only to the thread it recorded,
+                // and ignores one set before start().
+                recorded.wait()
+                Thread.current.name = "spool.open"
                 let result = Result { try SpoolError.bridging { try open(configuration) } }
                 opened.withLock { $0 = result }
                 continuation.resume()
             }
             thread.qualityOfService = .userInitiated
             thread.start()
+            recorded.signal()
         }
         guard let result = opened.withLock({ $0 }) else {
             preconditionFailure("the opening thread resumes only after it set the result")
@@ -177,11 +183,12 @@ extension EventEngine {
     /// Deletes every copy set aside at the database's path, recognised or
     /// not (they may hold the user's data), for an erasure.
     ///
+    /// - Parameter alsoLeft: other files the erasure could not delete.
     /// - Throws: ``SpoolError/erasureIncomplete(paths:)`` naming the files
     ///   that could not be deleted.
-    func deleteSetAsideCopies() throws {
+    func deleteSetAsideCopies(alsoLeft: [String] = []) throws {
         guard case .file(let url) = configuration.database else { return }
-        let left = DamagedCopies(databasePath: url.path).deleteAll()
+        let left = DamagedCopies(databasePath: url.path).deleteAll() + alsoLeft
         if !left.isEmpty { throw SpoolError.erasureIncomplete(paths: left) }
     }
 }
