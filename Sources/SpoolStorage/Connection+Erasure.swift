@@ -3,7 +3,8 @@ import Foundation
 
 extension Connection {
     /// Deletes every queued event, the whole history, the dead letters, the
-    /// identities and contexts, and the record of recent upload requests,
+    /// identities and contexts, the record of recent upload requests and of
+    /// batches handed to the system,
     /// and moves every consumer to the head with its drop counts cleared, in
     /// one transaction with `secure_delete` on: the deleted rows' bytes are
     /// overwritten with zeros in the database file, not just unlinked. The
@@ -32,6 +33,8 @@ extension Connection {
             try execute("DELETE FROM dead_letters")
             // Which events each recent request carried: ids of the user's events.
             try execute("DELETE FROM upload_batches")
+            // Batches handed to the system: their body files go with them.
+            try execute("DELETE FROM background_transfers")
             // Who the user was: the next event gets a new anonymous id. The
             // ids are AUTOINCREMENT: none deleted here is given again.
             try execute("DELETE FROM identities")

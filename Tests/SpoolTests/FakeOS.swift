@@ -73,6 +73,22 @@ final class FakeOS: SpoolPlatform {
 
     func makeNetworkPath() -> (any NetworkPathSource)? { networkPath }
 
+    let backgroundTransfers = BackgroundTransferCenter()
+    /// The system's background transfer service, which outlives the engines
+    /// (and so the app's launches) that use it.
+    let backgroundSession = FakeBackgroundSession()
+
+    func makeBackgroundSession(
+        identifier: String, sharedContainer: String?, events: @escaping @Sendable (BackgroundTransferEvent) -> Void
+    ) -> (any BackgroundTransferSession)? {
+        backgroundSession.connect(identifier: identifier, events: events)
+        return backgroundSession
+    }
+
+    func completeBackgroundEvents(_ handler: @escaping @Sendable () -> Void) {
+        handler()
+    }
+
     func availableSpace(at path: String) -> Int64? {
         state.withLock { $0.freeSpace } ?? SystemPlatform.shared.availableSpace(at: path)
     }

@@ -190,6 +190,11 @@ public struct EngineConfiguration: Sendable {
     /// by default).
     public var deadLetterLimits: DeadLetterLimits = .default
 
+    /// Uploads that go on while the app is suspended or not running, through
+    /// the system's background transfer service; nil (the default): uploads
+    /// run only while the app does. See ``BackgroundTransfers``.
+    public var backgroundTransfers: BackgroundTransfers?
+
     /// What tells the uploader whether a network path exists; nil: the
     /// platform's (`NWPathMonitor` on Apple platforms, none elsewhere).
     /// Tests set a ``ManualNetworkPath``.

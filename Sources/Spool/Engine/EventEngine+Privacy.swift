@@ -15,7 +15,9 @@ extension EventEngine {
     /// earlier copies of those pages, is checkpointed and truncated to zero
     /// bytes; and the file is rebuilt to its live size. Every copy Spool set
     /// aside at the database's path (damaged, newer or unrecognised: see
-    /// ``SalvageReport``) is deleted too, with its `-wal` and `-shm`. An upload in flight
+    /// ``SalvageReport``) is deleted too, with its `-wal` and `-shm`, and so is
+    /// every request body handed to the system (``BackgroundTransfers``),
+    /// whose transfers are cancelled. An upload in flight
     /// is allowed to finish first (a request already sent cannot be called
     /// back), and none starts until the erasure is done, so no erased event is
     /// uploaded after this returns. Every event accepted from then on, in
@@ -71,8 +73,10 @@ extension EventEngine {
             // Rows of requests not yet written to `upload_batches` (a flush
             // that ended on a database error) name the events just erased.
             await uploaderBox.withLock { $0 }?.forgetUnsavedRecords()
+            // The bodies of batches handed to the system hold erased events.
+            let bodiesLeft = await uploaderBox.withLock { $0 }?.eraseHandoffs() ?? []
             events.durables.erased(through: head)
-            try deleteSetAsideCopies()
+            try deleteSetAsideCopies(alsoLeft: bodiesLeft)
         }
     }
 

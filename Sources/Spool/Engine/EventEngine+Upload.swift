@@ -124,17 +124,31 @@ extension EventEngine {
             retry: configuration.retryPolicy)
         // The HTTP transport gives up after twice its request timeout.
         if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }
-        let state = self.state
+        let (state, platform, configuration) = (self.state, configuration.platform, configuration)
+        var files: TransferFiles?
+        if case .file(let file) = configuration.database {
+            files = TransferFiles(databaseFile: file) { path in
+                // The system's transfer service reads the file while the
+                // device may be locked: never complete protection.
+                try platform.applyFilePolicy(
+                    to: path,
+                    protection: configuration.fileProtection.map {
+                        $0 == .unprotected ? $0 : .completeUntilFirstUserAuthentication
+                    },
+                    excludeFromBackup: configuration.excludesFromBackup)
+            }
+        }
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
             results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
-            networkPath: configuration.networkPath ?? configuration.platform.makeNetworkPath()
+            networkPath: configuration.networkPath ?? platform.makeNetworkPath(), transferFiles: files
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended
         }
         try await uploader.start()
         uploaderBox.withLock { $0 = uploader }
+        await startBackgroundTransfers(uploader)
         // Weak: the uploader holds the dispatcher, which holds this handler.
         defaults?.setFlushHandler { [weak uploader] in uploader?.requestFlushFromAnyThread() }
         return uploader
@@ -142,6 +156,9 @@ extension EventEngine {
 
     func stopUploader() async {
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }
+        if let identifier = backgroundSessionIdentifier {
+            configuration.platform.backgroundTransfers.detach(identifier)
+        }
         await uploader.stop()
     }
 }

@@ -31,6 +31,20 @@ protocol SpoolPlatform: AnyObject, Sendable {
     /// Gives `file` its data-protection class and backup exclusion, where
     /// the platform has them; throws what could not be applied.
     func applyFilePolicy(to file: String, protection: FileProtection?, excludeFromBackup: Bool) throws
+
+    /// This platform's background sessions, by identifier.
+    var backgroundTransfers: BackgroundTransferCenter { get }
+
+    /// A background transfer session with `identifier`, reporting to
+    /// `events` from any thread; nil where the platform has none.
+    func makeBackgroundSession(
+        identifier: String, sharedContainer: String?,
+        events: @escaping @Sendable (BackgroundTransferEvent) -> Void
+    ) -> (any BackgroundTransferSession)?
+
+    /// Runs the completion handler the system gave for a relaunch, where
+    /// the system wants it called (the main thread).
+    func completeBackgroundEvents(_ handler: @escaping @Sendable () -> Void)
 }
 
 /// What the operating system tells an engine.

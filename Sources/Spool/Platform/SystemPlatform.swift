@@ -81,6 +81,25 @@ final class SystemPlatform: SpoolPlatform {
         #endif
     }
 
+    // MARK: Background transfers
+
+    let backgroundTransfers = BackgroundTransferCenter()
+
+    func makeBackgroundSession(
+        identifier: String, sharedContainer: String?,
+        events: @escaping @Sendable (BackgroundTransferEvent) -> Void
+    ) -> (any BackgroundTransferSession)? {
+        #if canImport(Darwin)
+            return SystemBackgroundSession(identifier: identifier, sharedContainer: sharedContainer, events: events)
+        #else
+            return nil  // FoundationNetworking runs no transfer outside the process
+        #endif
+    }
+
+    func completeBackgroundEvents(_ handler: @escaping @Sendable () -> Void) {
+        DispatchQueue.main.async(execute: handler)
+    }
+
     // MARK: Files and the device
 
     func makeNetworkPath() -> (any NetworkPathSource)? {

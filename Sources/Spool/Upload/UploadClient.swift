@@ -123,11 +123,7 @@ struct UploadClient: Sendable {
 
     /// The request for `body`, and whether it went out gzipped.
     func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> (UploadRequest, Bool) {
-        var headers = fixedHeaders
-        if let provider = options.headerProvider {
-            Self.merge(try await provider(), into: &headers)
-            Self.removeSpoolsOwn(from: &headers)
-        }
+        var headers = try await headers()
         var sent = body
         // A body zlib cannot compress (out of memory) goes as it is.
         let gzipped = compress ? Gzip.compress(body) : nil
@@ -136,6 +132,52 @@ struct UploadClient: Sendable {
             headers["Content-Encoding"] = "gzip"
         }
         return (request(url: url, headers: headers, body: sent, eventCount: eventCount), gzipped != nil)
+    }
+
+    /// The request for a body built (and perhaps gzipped) earlier, a batch
+    /// handed to the system: this launch's headers, and `batchID` as its
+    /// `Idempotency-Key`, as every send of that body carries.
+    func storedRequest(url: URL, body: Data, compressed: Bool, eventCount: Int, batchID: String) async throws
+        -> UploadRequest
+    {
+        var headers = try await headers()
+        if compressed { headers["Content-Encoding"] = "gzip" }
+        HTTPHeaders.set(Self.idempotencyHeader, batchID, in: &headers)
+        return request(url: url, headers: headers, body: body, eventCount: eventCount)
+    }
+
+    /// The header naming the batch a request carries, the same on every
+    /// send of the same events.
+    static let idempotencyHeader = "Idempotency-Key"
+
+    /// ``storedRequest(url:body:compressed:eventCount:batchID:)`` sent
+    /// through `transport`.
+    func exchangeStored(
+        through transport: any UploadTransport, url: URL, body: Data, compressed: Bool, eventCount: Int,
+        batchID: String
+    ) async -> Answer {
+        let request: UploadRequest
+        do {
+            request = try await storedRequest(
+                url: url, body: body, compressed: compressed, eventCount: eventCount, batchID: batchID)
+        } catch {
+            return .failed("the header provider failed: \(error)")
+        }
+        do {
+            return .response(try await transport.send(request), compressed: compressed)
+        } catch {
+            return .failed(String(describing: error))
+        }
+    }
+
+    /// The fixed headers with the header provider's.
+    private func headers() async throws -> [String: String] {
+        var headers = fixedHeaders
+        if let provider = options.headerProvider {
+            Self.merge(try await provider(), into: &headers)
+            Self.removeSpoolsOwn(from: &headers)
+        }
+        return headers
     }
 
     /// `Content-Encoding` and `Content-Length` must match the body: they are

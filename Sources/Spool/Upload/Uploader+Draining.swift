@@ -11,6 +11,8 @@ extension Uploader {
         case oversized(position: Int64, bytes: Int)
         case empty
         case heldElsewhere(ConsumerLease)
+        /// The batch at the position was handed to the system.
+        case handedOff(Handoff)
 
         /// Anything but a batch to send ends the pass.
         var endsPass: Bool {
@@ -23,12 +25,21 @@ extension Uploader {
         // Each database call saves the previous batch's success, renews the
         // lease and reads the next batch, in one transaction.
         var uploaded: (first: Int64, last: Int64)?
+        // The hand-off whose events `uploaded` are: deleted with the save.
+        var settled: String?
         while !closed {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
+            if uploaded == nil, let outcome = try await settleNextReport() {
+                if case .uploaded(let first, let last, let batchID) = outcome {
+                    (uploaded, settled) = ((first, last), batchID)
+                }
+                continue
+            }
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
-            let step = try saveAndRead(uploaded)
-            uploaded = nil
+            let step = try saveAndRead(uploaded, handoff: settled)
+            if let settled { transferFiles?.delete(only: settled) }
+            (uploaded, settled) = (nil, nil)
             switch step {
             case .empty:
                 // Drained: the file gives back what the queue no longer needs.
@@ -38,11 +49,37 @@ extension Uploader {
                 throw heldElsewhere(lease)
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
+            case .handedOff(let handoff):
+                switch try await resolve(handoff) {
+                case .next: break
+                case .uploaded(let first, let last, let batchID): (uploaded, settled) = ((first, last), batchID)
+                case .wait: return try waitForSystem(handoff, force: force)
+                }
             case .batch(let batch):
+                if let handoffs, handoffs.wanted() {
+                    try await handOff(batch, handoffs)
+                    return try waitForSystem(nil, force: false)
+                }
                 if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let uploaded { _ = try saveAndRead(uploaded, read: false) } else { try saveNotes() }
+        if let uploaded {
+            _ = try saveAndRead(uploaded, handoff: settled, read: false)
+            if let settled { transferFiles?.delete(only: settled) }
+        } else {
+            try saveNotes()
+        }
+    }
+
+    /// The batch the system was given is settled by its report: the pass
+    /// ends, giving the lease up. An explicit flush hears why its events
+    /// are still queued.
+    private func waitForSystem(_ handoff: Handoff?, force: Bool) throws {
+        _ = try saveAndRead(nil, read: false)
+        guard force, let handoff else { return }
+        throw UploadError.retryable(
+            "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
+                + "they are settled when it reports")
     }
 
     /// Throws a retryable error when the file was salvaged since the last
@@ -66,7 +103,9 @@ extension Uploader {
     /// With nothing left to send the lease is given up. The records of
     /// earlier requests are written with it once ``recordsPerWrite`` wait,
     /// or when the pass ends.
-    func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, read: Bool = true) throws -> Step {
+    func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, handoff: String? = nil, read: Bool = true) throws
+        -> Step
+    {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         // A batch read from a file that was since salvaged (positions closed
         // up) is not saved: its positions are not the new file's. Its events
@@ -84,6 +123,8 @@ extension Uploader {
                     let before = try connection.position(of: consumer) ?? 0
                     passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
                     try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
+                    // The hand-off is settled with its position: never twice.
+                    if let handoff { try connection.deleteHandoff(handoff) }
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -125,6 +166,7 @@ extension Uploader {
         {
             return .heldElsewhere(lease)
         }
+        if let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         switch try UploadBatch.read(after: position, limit: settings.batchSize, anyFormat: format, from: connection) {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)

@@ -57,8 +57,29 @@ extension Uploader {
                 try learnGzipRefused(status: response.status)
             }
         }
+        return try await act(on: exchanged, for: batch, compress: compress)
+    }
+
+    /// Acts on the answer to `batch`'s request. With `handoff` (the batch
+    /// the system was given), the hand-off ends where the events are
+    /// settled here, and stays, to be sent again, where they stay queued.
+    ///
+    /// - Returns: true when the collector took the whole batch (its position
+    ///   is saved with the next read); false when it was settled here.
+    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
+    func act(on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil)
+        async throws -> Bool
+    {
         let reading = read(exchanged.answer, eventCount: batch.count)
         counters.requests += 1
+        if let handoff {
+            switch reading {
+            case .accepted: break  // deleted with the position's save
+            case .transient(let reason, _, _), .requestRefused(let reason, _, _):
+                try handoffFailed(handoff, reason: reason)
+            case .perEvent, .eventsRefused: try forgetHandoff(handoff)
+            }
+        }
         switch reading {
         case .accepted:
             note(batch, exchanged, .accepted)
@@ -145,10 +166,19 @@ extension Uploader {
                 + "requests to \(url) are no longer compressed")
     }
 
+    /// A body built earlier, sent as it is: a batch handed to the system,
+    /// sent again by the app.
+    struct StoredBody: Sendable {
+        let body: Data
+        let compressed: Bool
+        let batchID: String
+    }
+
     /// Builds the request and sends it through the client's transport or
     /// dispatcher, waiting at most `dispatchTimeout` (a later answer is
-    /// ignored: the lease must outlive every request).
-    func exchange(_ batch: UploadBatch, compress: Bool) async -> Exchange {
+    /// ignored: the lease must outlive every request). With `stored`, that
+    /// body goes instead, through the transport, under its batch id.
+    func exchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil) async -> Exchange {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
         let sentAt = now
         let answer = await withCheckedContinuation { continuation in
@@ -177,7 +207,15 @@ extension Uploader {
                 dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
             case .transport(let transport):
                 sender = "transport"
-                if !compress, let callback = client.callbackTransport,
+                if let stored {
+                    let task = Task {
+                        finish(
+                            await client.exchangeStored(
+                                through: transport, url: url, body: stored.body, compressed: stored.compressed,
+                                eventCount: batch.count, batchID: stored.batchID))
+                    }
+                    stop = { task.cancel() }
+                } else if !compress, let callback = client.callbackTransport,
                     let request = client.immediateRequest(url: url, body: batch.body, eventCount: batch.count)
                 {
                     // Nothing to do off the database queue: sent from here,
@@ -219,7 +257,11 @@ extension Uploader {
         }
         inFlightAbandon.withLock { $0 = nil }
         let compressed: Bool
-        if case .response(_, let gzipped) = answer { compressed = gzipped } else { compressed = compress }
+        if case .response(_, let gzipped) = answer {
+            compressed = gzipped
+        } else {
+            compressed = stored?.compressed ?? compress
+        }
         let duration = max(0, now - sentAt)
         return Exchange(
             answer: answer, compressed: compressed, duration: duration, sentAt: Date(timeIntervalSince1970: sentAt))

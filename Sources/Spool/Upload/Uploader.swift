@@ -66,7 +66,7 @@ actor Uploader {
     private var running = false
     private var rerun = false
     private var rerunForced = false
-    private var waiting: [CheckedContinuation<Void, any Error>] = []
+    var waiting: [CheckedContinuation<Void, any Error>] = []
     /// `stop()` and `pause()` callers waiting for the pass in flight to end
     /// (each resumes its caller at most once).
     private var stopped: [@Sendable () -> Void] = []
@@ -110,6 +110,12 @@ actor Uploader {
     /// Results not yet in `upload_batches`: written with the uploader's
     /// transaction once ``recordsPerWrite`` wait, and when a pass ends.
     var unsavedRecords: [UploadBatchRecord] = []
+    /// Where hand-off bodies are written (nil: an in-memory database).
+    let transferFiles: TransferFiles?
+    /// Set when batches may go to the system's background transfer service.
+    var handoffs: HandoffSettings?
+    /// The system's answers to hand-offs, settled by the next pass.
+    var reports: [(batchID: String, answer: UploadClient.Answer)] = []
     /// What says whether the system has a network path (nil: nothing does).
     private let networkPath: (any NetworkPathSource)?
     /// False while the system says there is no network path: automatic
@@ -126,8 +132,9 @@ actor Uploader {
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
         diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
         deadLetterLimits: DeadLetterLimits = .default, networkPath: (any NetworkPathSource)? = nil,
-        isAllowed: @escaping @Sendable () -> Bool
+        transferFiles: TransferFiles? = nil, isAllowed: @escaping @Sendable () -> Bool
     ) {
+        self.transferFiles = transferFiles
         self.networkPath = networkPath
         self.owner = owner
         self.log = log
@@ -162,6 +169,7 @@ actor Uploader {
             }
         }
         if refusesGzip { compresses = false }
+        try deleteOrphanedBodies()
         let pending = signals.withLock { signals in
             signals.position = position
             signals.head = head
@@ -359,13 +367,16 @@ actor Uploader {
         let consumer = Self.consumerID
         // Dead letters recorded before are discarded too: put back later,
         // they would be uploaded.
-        _ = try log.database.onQueue { connection in
+        let handedOff = try log.database.onQueue { connection in
             try connection.transaction {
                 try connection.deleteDeadLetters(through: position)
-                return try connection.advanceConsumerInTransaction(consumer, to: position)
+                _ = try connection.advanceConsumerInTransaction(consumer, to: position)
+                return try connection.deleteHandoffs(through: position)
             }
         }
         signals.withLock { $0.position = max($0.position, position) }
+        if !handedOff.isEmpty { handoffs?.session.cancelAll() }
+        for batchID in handedOff { transferFiles?.delete(only: batchID) }
     }
 
     /// The app is about to be suspended: stop waiting for the request in
