@@ -291,8 +291,12 @@ struct SalvageCopy {
     /// the damaged file has too (the collectors Spool learnt about, counters,
     /// the record of recent uploads…).
     private func otherTables() throws -> [String] {
+        // `background_transfers` stays behind: its positions are the old
+        // file's, and the fresh file's close up. Those events go out again
+        // as new batches; a late report for one of them settles nothing.
         let own: Set<String> = [
             "events", "consumers", "event_history", "dead_letters", "log_head", "schema_migrations",
+            "background_transfers",
         ]
         return try fresh.withStatement(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name"
