@@ -84,10 +84,19 @@ struct UploadClient: Sendable {
     func exchange(
         through transport: any UploadTransport, url: URL, body: Data, eventCount: Int, compress: Bool
     ) async -> Answer {
+        await send(through: transport) {
+            try await makeRequest(url: url, body: body, eventCount: eventCount, compress: compress)
+        }
+    }
+
+    /// Builds a request with `build` (only the header provider throws
+    /// there) and sends it through `transport`.
+    private func send(
+        through transport: any UploadTransport, _ build: () async throws -> (UploadRequest, compressed: Bool)
+    ) async -> Answer {
         let (request, compressed): (UploadRequest, Bool)
         do {
-            (request, compressed) = try await makeRequest(
-                url: url, body: body, eventCount: eventCount, compress: compress)
+            (request, compressed) = try await build()
         } catch {
             return .failed("the header provider failed: \(error)")
         }
@@ -156,17 +165,10 @@ struct UploadClient: Sendable {
         through transport: any UploadTransport, url: URL, body: Data, compressed: Bool, eventCount: Int,
         batchID: String
     ) async -> Answer {
-        let request: UploadRequest
-        do {
-            request = try await storedRequest(
+        await send(through: transport) {
+            let request = try await storedRequest(
                 url: url, body: body, compressed: compressed, eventCount: eventCount, batchID: batchID)
-        } catch {
-            return .failed("the header provider failed: \(error)")
-        }
-        do {
-            return .response(try await transport.send(request), compressed: compressed)
-        } catch {
-            return .failed(String(describing: error))
+            return (request, compressed)
         }
     }
 
