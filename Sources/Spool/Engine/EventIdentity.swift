@@ -81,33 +81,14 @@ public struct EventContext: Sendable, Hashable {
         if let version = info["CFBundleShortVersionString"] as? String { app["version"] = .string(version) }
         if let build = info["CFBundleVersion"] as? String { app["build"] = .string(build) }
         if let namespace = Bundle.main.bundleIdentifier { app["namespace"] = .string(namespace) }
-        let version = ProcessInfo.processInfo.operatingSystemVersion
         return EventContext(
             app: app,
             os: [
-                "name": .string(Self.operatingSystemName),
-                "version": .string("\(version.majorVersion).\(version.minorVersion).\(version.patchVersion)"),
+                "name": .string(SystemPlatform.operatingSystemName),
+                "version": .string(SystemPlatform.operatingSystemVersion),
             ],
             locale: Locale.current.identifier.replacingOccurrences(of: "_", with: "-"),
             timezone: TimeZone.current.identifier, custom: custom)
-    }
-
-    private static var operatingSystemName: String {
-        #if os(iOS)
-            return "iOS"
-        #elseif os(macOS)
-            return "macOS"
-        #elseif os(tvOS)
-            return "tvOS"
-        #elseif os(watchOS)
-            return "watchOS"
-        #elseif os(visionOS)
-            return "visionOS"
-        #elseif os(Linux)
-            return "Linux"
-        #else
-            return "unknown"
-        #endif
     }
 
     /// The JSON object the formats write.

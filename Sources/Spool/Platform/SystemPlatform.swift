@@ -12,6 +12,34 @@ import Foundation
 final class SystemPlatform: SpoolPlatform {
     static let shared = SystemPlatform()
 
+    // MARK: What the system is
+
+    /// The operating system's name, as the formats' context and the
+    /// User-Agent give it.
+    static var operatingSystemName: String {
+        #if os(iOS)
+            return "iOS"
+        #elseif os(macOS)
+            return "macOS"
+        #elseif os(tvOS)
+            return "tvOS"
+        #elseif os(watchOS)
+            return "watchOS"
+        #elseif os(visionOS)
+            return "visionOS"
+        #elseif os(Linux)
+            return "Linux"
+        #else
+            return "unknown"
+        #endif
+    }
+
+    /// The operating system's version: `major.minor.patch`.
+    static var operatingSystemVersion: String {
+        let version = ProcessInfo.processInfo.operatingSystemVersion
+        return "\(version.majorVersion).\(version.minorVersion).\(version.patchVersion)"
+    }
+
     // MARK: Lifecycle
 
     /// The notifications observed on this platform, and what each reports.

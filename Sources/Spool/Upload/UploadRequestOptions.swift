@@ -57,27 +57,8 @@ public struct UploadRequestOptions: Sendable {
     /// `Spool/<version> (<OS> <version>)`, sent unless ``headers`` set
     /// `User-Agent`. Add your app in front of it if you like:
     /// `"MyApp/2.1 " + UploadRequestOptions.defaultUserAgent`.
-    public static let defaultUserAgent: String = {
-        let version = ProcessInfo.processInfo.operatingSystemVersion
-        let os: String
-        #if os(iOS)
-            os = "iOS"
-        #elseif os(macOS)
-            os = "macOS"
-        #elseif os(tvOS)
-            os = "tvOS"
-        #elseif os(watchOS)
-            os = "watchOS"
-        #elseif os(visionOS)
-            os = "visionOS"
-        #elseif os(Linux)
-            os = "Linux"
-        #else
-            os = "unknown"
-        #endif
-        return
-            "Spool/\(SpoolVersion.current) (\(os) \(version.majorVersion).\(version.minorVersion).\(version.patchVersion))"
-    }()
+    public static let defaultUserAgent =
+        "Spool/\(SpoolVersion.current) (\(SystemPlatform.operatingSystemName) \(SystemPlatform.operatingSystemVersion))"
 }
 
 /// Whether request bodies are gzipped (`Content-Encoding: gzip`).
