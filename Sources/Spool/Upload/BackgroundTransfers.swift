@@ -30,6 +30,10 @@ import Foundation
 /// }
 /// ```
 ///
+/// Another process sharing the file (an extension) treats a batch the
+/// system holds as a request in flight: its uploads wait behind it until the
+/// report or ``resendAfter``.
+///
 /// The engine must be started in `application(_:didFinishLaunchingWithOptions:)`
 /// (the system relaunches the app in the background for the reports).
 /// Background transfers need a database file and the built-in transport
