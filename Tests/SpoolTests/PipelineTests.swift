@@ -181,4 +181,52 @@ struct PipelineTests {
         #expect(history == "session_start,tapped")
         await engine.close()
     }
+
+    @Test(
+        "I11: identify's traits pass the middleware once: the identity keeps what it leaves, and a dropped or failed identify keeps no traits"
+    )
+    func traitsPassTheMiddleware() async throws {
+        let directory = TemporaryDirectory()
+        let marker = "TRAITSCRUBMARKER7"
+        let database = directory.databaseURL
+        func found() -> Int { PrivacyTests.occurrences(of: marker, besides: database).values.reduce(0, +) }
+        let engine = try await startedEngine(directory)
+        let calls = Protected(0)
+        engine.addMiddleware { event in
+            guard event.type == .identify else { return .keep }
+            calls.withLock { $0 += 1 }
+            event.parameters["email"] = nil
+            if event.parameters["fail"] != nil { throw ScrubFailed() }
+            return event.parameters["drop"] != nil ? .drop(reason: "no identify today") : .keep
+        }
+        try engine.identify(userId: "u-1", traits: ["email": .string("\(marker)@example.com"), "plan": "pro"])
+        #expect(calls.withLock { $0 } == 1, "once, for the identity and the message")
+        #expect(try await engine.identity().traits == ["plan": "pro"])
+        try await engine.settle()
+        let identify = try await Self.stored(engine).filter { $0.type == "identify" }
+        #expect(identify.map(\.parameters) == [#"{"plan":"pro"}"#])
+        await engine.close()
+        #expect(found() == 0, "the scrubbed trait reached the file")
+
+        let again = try await startedEngine(directory)
+        again.addMiddleware { event in
+            event.parameters["secret"] = nil
+            if event.parameters["fail"] != nil { throw ScrubFailed() }
+            return event.parameters["drop"] != nil ? .drop(reason: "no identify today") : .keep
+        }
+        for key in ["drop", "fail"] {
+            let outcome = try again.identify(userId: "u-\(key)", traits: [key: true, "plan": "team"])
+            guard case .droppedByMiddleware = outcome else {
+                Issue.record("\(key): \(outcome)")
+                continue
+            }
+            let identity = try await again.identity()
+            #expect(identity.userId == "u-\(key)", "the user id changes")
+            #expect(identity.traits.isEmpty, "\(key): no traits kept")
+        }
+        await again.close()
+    }
 }
+
+/// What a scrubber throws when it cannot scrub.
+private struct ScrubFailed: Error {}

@@ -19,9 +19,13 @@ extension EventEngine {
     /// every event they record from the call's time on, starting at their
     /// next commit.
     ///
-    /// The identity changes whatever the gates say; the `identify` message
-    /// itself goes through them like any event (consent, session limit,
-    /// middleware). While consent is withheld or withdrawn, the change is
+    /// The traits pass the middleware first, as the `identify` message's
+    /// parameters (type ``EventType/identify``), once: what the middleware
+    /// leaves is what the identity keeps and the message carries. When a
+    /// middleware drops the message (or throws), the user id still changes
+    /// and no traits are kept. The identity changes whatever the gates say;
+    /// the message itself goes through them like any event (consent,
+    /// session limit). While consent is withheld or withdrawn, the change is
     /// kept in memory only: no user id or traits reach the file until
     /// consent is given (``setConsent(_:)``), when the identity in force is
     /// written.
@@ -36,11 +40,20 @@ extension EventEngine {
     ///   ``record(_:parameters:)``.
     @discardableResult
     public func identify(userId: String?, traits: [String: EventValue] = [:]) throws -> RecordOutcome {
+        // The traits pass the middleware once, for the identity and the
+        // message alike: a scrubber covers what is kept of the user too.
+        var message = Message(EventType.identify.rawValue, traits, type: .identify)
+        let dropped = passMiddleware(&message)
         let traitsJSON: String
-        do { traitsJSON = try EventEncoder.encode(traits) } catch { throw SpoolError.invalidEvent(error) }
+        do {
+            traitsJSON = dropped == nil ? try EventEncoder.encode(message.parameters) : "{}"
+        } catch {
+            throw SpoolError.invalidEvent(error)
+        }
         identities.change(userID: userId, traitsJSON: traitsJSON, at: configuration.clock.now)
         persistIdentity()
-        return try accept(Message(EventType.identify.rawValue, traits, type: .identify), settle: nil).outcome
+        if let dropped { return dropped.outcome }
+        return try accept(message, settle: nil, passedMiddleware: true).outcome
     }
 
     /// Forgets the user: no user id, no traits, and a new anonymous id for
@@ -142,7 +155,8 @@ extension EventEngine {
     /// Middleware runs on the thread that calls `record` (and `screen`,
     /// `identify`, `group`, `alias`), for priority events too, and for the
     /// survey lifecycle events (`survey_shown`…), which are recorded the same
-    /// way. `session_start`, which Spool appends itself when a session
+    /// way. `identify`'s traits pass it before the identity keeps them, so a
+    /// scrubber covers the user's traits too. `session_start`, which Spool appends itself when a session
     /// begins, does not pass it. Keep it fast: its time is the caller's. A
     /// middleware added
     /// or removed while events are recorded applies from the next event on.

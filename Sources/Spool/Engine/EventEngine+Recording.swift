@@ -116,14 +116,16 @@ extension EventEngine {
         }
     }
 
-    func accept(_ message: Message, settle: (@Sendable (WaitingOutcome) -> Void)?) throws -> Accepted {
-        var message = message
-        // 1. The middleware, then validation and encoding, outside any lock.
+    /// Runs the middleware over `message`, changing it in place.
+    ///
+    /// - Returns: nil when it goes on; the outcome of its drop otherwise.
+    func passMiddleware(_ message: inout Message) -> Accepted? {
         switch pipeline.run(PipelineEvent(name: message.name, parameters: message.parameters, type: message.type)) {
         case nil:
-            break
+            return nil
         case .keep(let event)?:
             (message.name, message.parameters) = (event.name, event.parameters)
+            return nil
         case .drop(let reason)?:
             diagnosticsCenter.report(.eventDroppedByMiddleware, eventCount: 1, "\(message.name): \(reason)")
             return Accepted(outcome: .droppedByMiddleware(reason: reason))
@@ -133,6 +135,16 @@ extension EventEngine {
                 "a middleware threw for \(message.name); the event was dropped, not stored")
             return Accepted(outcome: .droppedByMiddleware(reason: "a middleware threw: \(error)"))
         }
+    }
+
+    /// - Parameter passedMiddleware: the message went through the
+    ///   middleware already (``passMiddleware(_:)``).
+    func accept(
+        _ message: Message, settle: (@Sendable (WaitingOutcome) -> Void)?, passedMiddleware: Bool = false
+    ) throws -> Accepted {
+        var message = message
+        // 1. The middleware, then validation and encoding, outside any lock.
+        if !passedMiddleware, let dropped = passMiddleware(&message) { return dropped }
         let name = message.name
         let json: String
         do {
