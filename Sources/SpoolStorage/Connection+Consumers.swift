@@ -140,13 +140,6 @@ extension Connection {
         }
     }
 
-    /// Deletes the oldest events beyond `maximum` (counted back from `head`),
-    /// moving every consumer that had not finished them past them and counting
-    /// what it lost in `consumers.dropped`. Runs inside the append transaction.
-    package func enforceRetention(maximum: Int, head: Int64) throws {
-        try dropPrefix(through: head - Int64(maximum))
-    }
-
     /// How many events `consumer` lost to the retention bound.
     package func droppedCount(of consumer: String) throws -> Int {
         try withStatement("SELECT dropped FROM consumers WHERE id = ?") { statement in

@@ -10,8 +10,9 @@ import Foundation
 /// certainly elsewhere (it traps when called from the queue itself, where it
 /// would deadlock).
 package final class DatabaseQueue: @unchecked Sendable {
-    // Safe: `connection` is only touched from blocks running on `queue`
-    // (checked with dispatchPrecondition in every entry point).
+    // Safe: `connection` is only touched from blocks running on `queue`:
+    // every entry point dispatches onto it (`sync` checks it is not already
+    // there, `assertOnQueue` that a caller is).
     private let queue: DispatchQueue
     private var connection: Connection?
     private let checkpointer: Checkpointer?

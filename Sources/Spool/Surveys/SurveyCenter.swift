@@ -266,7 +266,9 @@ extension SurveyCenter: DeliveryFollower {
                 later.add(events[index])
             }
         } catch {
-            // No condition could be checked: only unconditional surveys trigger.
+            // The events from the one whose conditions failed back to the
+            // first trigger their unconditional surveys only; the events after
+            // it, already checked, keep what they triggered.
             context.diagnostics.report(
                 .surveyEvaluationFailed, eventCount: events.count, error: error,
                 "survey conditions could not be evaluated")
