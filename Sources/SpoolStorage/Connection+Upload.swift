@@ -322,3 +322,22 @@ extension Connection {
         }
     }
 }
+
+extension Connection {
+    /// Pauses uploads for every process using the file (at `now`), or
+    /// resumes them.
+    package func setUploadsPaused(_ paused: Bool, at now: Double) throws {
+        guard paused else { return try execute("DELETE FROM upload_pause") }
+        try withStatement("INSERT OR IGNORE INTO upload_pause (id, paused_at) VALUES (1, ?)") { statement in
+            try statement.bind(now, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// Whether uploads are paused.
+    package func uploadsPaused() throws -> Bool {
+        try withStatement("SELECT count(*) FROM upload_pause") { statement in
+            try statement.step() && statement.int(at: 0) > 0
+        }
+    }
+}

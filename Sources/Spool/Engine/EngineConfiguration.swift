@@ -190,6 +190,11 @@ public struct EngineConfiguration: Sendable {
     /// by default).
     public var deadLetterLimits: DeadLetterLimits = .default
 
+    /// Which networks uploads may use: any (the default), or only unmetered
+    /// ones. ``EventEngine/setUploadPolicy(_:)`` changes it while running
+    /// (a user's "upload on Wi-Fi only" setting).
+    public var uploadPolicy: UploadPolicy = .always
+
     /// Uploads that go on while the app is suspended or not running, through
     /// the system's background transfer service; nil (the default): uploads
     /// run only while the app does. See ``BackgroundTransfers``.

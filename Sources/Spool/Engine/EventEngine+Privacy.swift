@@ -150,7 +150,7 @@ extension EventEngine {
 
     /// Runs `body` with no upload pass running (one in flight finishes first)
     /// and none starting until it returns.
-    private func quiescingUploads(_ body: () async throws -> Void) async throws {
+    func quiescingUploads(_ body: () async throws -> Void) async throws {
         let uploader = uploaderBox.withLock { $0 }
         await uploader?.pause()
         do {

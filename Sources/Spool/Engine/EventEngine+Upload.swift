@@ -111,6 +111,57 @@ extension EventEngine {
         return count
     }
 
+    // MARK: - Pausing and the network
+
+    /// Stops uploading without giving up anything: recording, the database,
+    /// listeners, the history and the queue's bounds go on, and nothing is
+    /// sent (or handed to the system) until ``resumeUploads()``. The pause
+    /// is kept in the database, for every process using the file and across
+    /// launches; ``UploadStatistics/paused`` reports it. A request in flight
+    /// is allowed to finish first; `flush()` then throws
+    /// ``UploadError/retryable(_:)`` saying uploads are paused.
+    ///
+    /// For a backend incident, or a user's choice to stop uploading for a
+    /// while. (Withdrawing consent is different: it discards the queue.)
+    ///
+    /// - Throws: ``SpoolError/notStarted`` before `start()`;
+    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`;
+    ///   ``SpoolError/suspended`` as ``flush()`` throws it; a ``SQLiteError``
+    ///   when the pause could not be saved (nothing changed).
+    public func pauseUploads() async throws {
+        try await setUploadsPaused(true)
+    }
+
+    /// Lets uploads go again after ``pauseUploads()`` (in this process or
+    /// another), and uploads what waits.
+    ///
+    /// - Throws: as ``pauseUploads()``.
+    public func resumeUploads() async throws {
+        try await setUploadsPaused(false)
+    }
+
+    private func setUploadsPaused(_ paused: Bool) async throws {
+        guard state.withLock({ $0.isStarted }) else { throw SpoolError.notStarted }
+        guard let uploader = uploaderBox.withLock({ $0 }) else {
+            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+        }
+        try await SpoolError.bridgingAsync {
+            try await withDatabaseAwake {
+                // The pass in flight ends before a pause is saved.
+                try await self.quiescingUploads { try await uploader.setUploadsPaused(paused) }
+            }
+        }
+    }
+
+    /// Changes which networks uploads may use from now on (a user's "upload
+    /// on Wi-Fi only" setting); see ``UploadPolicy``. Allowed again, what
+    /// waits goes out at once. Applies to this engine; set
+    /// ``EngineConfiguration/uploadPolicy`` at every launch.
+    public func setUploadPolicy(_ policy: UploadPolicy) {
+        state.withLock { $0.uploadPolicy = policy }
+        uploaderBox.withLock { $0 }?.enter { $0.setPolicy(policy) }
+    }
+
     // MARK: - Wiring
 
     func startUploader(_ log: EventLog) async throws -> Uploader? {
@@ -141,7 +192,8 @@ extension EventEngine {
         let uploader = Uploader(
             log: log, dispatcher: dispatcher, settings: settings, owner: leaseOwner, diagnostics: diagnosticsCenter,
             results: uploadResultCenter, deadLetterLimits: configuration.deadLetterLimits,
-            networkPath: configuration.networkPath ?? platform.makeNetworkPath(), transferFiles: files
+            networkPath: configuration.networkPath ?? platform.makeNetworkPath(), transferFiles: files,
+            policy: state.withLock { $0.uploadPolicy ?? configuration.uploadPolicy }
         ) {
             state.withLock { $0.consent && $0.enabled && $0.uploads.isAllowed }
                 && !log.database.isSuspended

@@ -114,6 +114,9 @@ public final class EventEngine: Sendable {
         var observation: PlatformObservation?
         /// What start() did with a database file it could not use.
         var salvage: SalvageReport?
+        /// The upload policy set while running (or before start()); nil:
+        /// the configuration's.
+        var uploadPolicy: UploadPolicy?
 
         var consent: Bool { gates.consent }
         var enabled: Bool { gates.enabled }

@@ -14,11 +14,20 @@ import SpoolStorage
 /// On Apple platforms this is `NWPathMonitor`; elsewhere there is none and
 /// the retry schedule alone decides. Tests drive ``ManualNetworkPath``.
 protocol NetworkPathSource: AnyObject, Sendable {
-    /// Starts reporting: `onChange(true)` when a path is usable, `false`
-    /// when none is; at least once, soon after starting.
-    func start(_ onChange: @escaping @Sendable (Bool) -> Void)
+    /// Starts reporting the path: at least once, soon after starting, and
+    /// on every change.
+    func start(_ onChange: @escaping @Sendable (NetworkPathState) -> Void)
     /// Stops reporting.
     func cancel()
+}
+
+/// What the system says of the network path.
+struct NetworkPathState: Sendable, Hashable {
+    /// A path is usable.
+    var usable: Bool
+    /// It costs the user (cellular, a personal hotspot) or they asked to
+    /// save data (Low Data Mode).
+    var metered: Bool
 }
 
 #if canImport(Network)
@@ -28,8 +37,12 @@ protocol NetworkPathSource: AnyObject, Sendable {
         private let monitor = NWPathMonitor()
         private let queue = DispatchQueue(label: "spool.network-path", qos: .utility)
 
-        func start(_ onChange: @escaping @Sendable (Bool) -> Void) {
-            monitor.pathUpdateHandler = { path in onChange(path.status == .satisfied) }
+        func start(_ onChange: @escaping @Sendable (NetworkPathState) -> Void) {
+            monitor.pathUpdateHandler = { path in
+                onChange(
+                    NetworkPathState(usable: path.status == .satisfied, metered: path.isExpensive || path.isConstrained)
+                )
+            }
             monitor.start(queue: queue)
         }
 
@@ -42,30 +55,31 @@ protocol NetworkPathSource: AnyObject, Sendable {
 /// A network path set by hand: what tests use to drive "offline, then
 /// online".
 final class ManualNetworkPath: NetworkPathSource {
-    private let state = Protected<(available: Bool, onChange: (@Sendable (Bool) -> Void)?)>((true, nil))
+    private let state = Protected<(path: NetworkPathState, onChange: (@Sendable (NetworkPathState) -> Void)?)>(
+        (NetworkPathState(usable: true, metered: false), nil))
 
     init(available: Bool = true) {
-        state.withLock { $0.available = available }
+        state.withLock { $0.path.usable = available }
     }
 
-    func start(_ onChange: @escaping @Sendable (Bool) -> Void) {
-        let available = state.withLock { state in
+    func start(_ onChange: @escaping @Sendable (NetworkPathState) -> Void) {
+        let path = state.withLock { state in
             state.onChange = onChange
-            return state.available
+            return state.path
         }
-        onChange(available)
+        onChange(path)
     }
 
     func cancel() {
         state.withLock { $0.onChange = nil }
     }
 
-    /// Reports `available` to whoever started this source.
-    func set(available: Bool) {
-        let onChange = state.withLock { state in
-            state.available = available
-            return state.onChange
+    /// Reports a path (`available`, `metered`) to whoever started this source.
+    func set(available: Bool, metered: Bool = false) {
+        let (path, onChange) = state.withLock { state in
+            state.path = NetworkPathState(usable: available, metered: metered)
+            return (state.path, state.onChange)
         }
-        onChange?(available)
+        onChange?(path)
     }
 }

@@ -43,8 +43,13 @@ public struct UploadStatistics: Sendable, Hashable {
     /// are not compressed, in this and later launches.
     public var compresses: Bool
     /// True while the system says there is no network path (Apple
-    /// platforms): automatic uploads wait for one instead of spending
-    /// retries, and start at once when it returns. An explicit
+    /// platforms), or only a metered one with ``UploadPolicy/unmeteredOnly``:
+    /// automatic uploads wait for one instead of spending retries, and start
+    /// at once when it comes. Without a path an explicit
     /// ``EventEngine/flush()`` still tries.
     public var waitingForNetwork: Bool
+    /// True while uploads are paused (``EventEngine/pauseUploads()``), by
+    /// this process or another using the file: events are kept and nothing
+    /// is sent until ``EventEngine/resumeUploads()``.
+    public var paused: Bool
 }

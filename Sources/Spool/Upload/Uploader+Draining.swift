@@ -11,6 +11,8 @@ extension Uploader {
         case oversized(position: Int64, bytes: Int)
         case empty
         case heldElsewhere(ConsumerLease)
+        /// Uploads are paused (``EventEngine/pauseUploads()``).
+        case paused
         /// The batch at the position was handed to the system.
         case handedOff(Handoff)
 
@@ -36,6 +38,10 @@ extension Uploader {
                 continue
             }
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
+            if !policyAllows {
+                if force { throw UploadError.retryable(Self.meteredReason) }
+                break  // an unmetered path triggers the next pass
+            }
             if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
             let step = try saveAndRead(uploaded, handoff: settled)
             if let settled { transferFiles?.delete(only: settled) }
@@ -47,6 +53,9 @@ extension Uploader {
                 return
             case .heldElsewhere(let lease):
                 throw heldElsewhere(lease)
+            case .paused:
+                if force { throw UploadError.retryable(Self.pausedReason) }
+                return
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
             case .handedOff(let handoff):
@@ -138,6 +147,11 @@ extension Uploader {
             }
         }
         if wroteRecords { recordsWritten(records.count) }
+        if read {
+            let paused: Bool
+            if case .paused = step { paused = true } else { paused = false }
+            signals.withLock { $0.paused = paused }
+        }
         counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
@@ -160,6 +174,10 @@ extension Uploader {
         guard let position else {
             try connection.releaseLease(consumer, owner: owner)
             return .empty
+        }
+        if try connection.uploadsPaused() {
+            try connection.releaseLease(consumer, owner: owner)
+            return .paused
         }
         if let lease = try connection.acquireLease(
             consumer, owner: owner, now: now, duration: settings.leaseDuration)

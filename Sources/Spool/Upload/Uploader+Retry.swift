@@ -70,13 +70,14 @@ extension Uploader {
                 try connection.counter("dropped_age")
             )
         }
-        let (dropped, deadLettered, evicted, position, head) = try log.database.onQueue { connection in
+        let (dropped, deadLettered, evicted, position, head, paused) = try log.database.onQueue { connection in
             (
                 try connection.droppedCount(of: Self.consumerID),
                 try connection.deadLetterCount(),
                 try connection.counter("dead_letters_evicted_count") + connection.counter("dead_letters_evicted_age"),
                 try connection.position(of: Self.consumerID) ?? 0,
-                try connection.headPosition()
+                try connection.headPosition(),
+                try connection.uploadsPaused()
             )
         }
         return UploadStatistics(
@@ -85,6 +86,6 @@ extension Uploader {
             deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
             failedRequests: counters.failedRequests, lastFailure: lastFailure,
             nextRetryIn: retryAt.flatMap { $0 > now ? $0 - now : nil }, heldBack: heldBack, compresses: compresses,
-            waitingForNetwork: !networkAvailable)
+            waitingForNetwork: !networkAvailable || !policyAllows, paused: paused)
     }
 }

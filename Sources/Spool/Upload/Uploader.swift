@@ -48,6 +48,9 @@ actor Uploader {
         var position: Int64 = 0
         var head: Int64 = 0
         var flushRequested = false
+        /// Uploads were found paused (``pauseUploads``): commits start no
+        /// pass; the timer's passes look again.
+        var paused = false
         var pending: Int64 { max(0, head - position) }
     }
 
@@ -118,9 +121,11 @@ actor Uploader {
     var reports: [(batchID: String, answer: UploadClient.Answer)] = []
     /// What says whether the system has a network path (nil: nothing does).
     private let networkPath: (any NetworkPathSource)?
-    /// False while the system says there is no network path: automatic
-    /// uploads wait for one (an explicit `flush()` still tries).
-    var networkAvailable = true
+    /// What the system says of the network path (usable and unmetered when
+    /// nothing says).
+    var path = NetworkPathState(usable: true, metered: false)
+    /// Which networks uploads may use.
+    var policy: UploadPolicy
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -132,8 +137,10 @@ actor Uploader {
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
         diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
         deadLetterLimits: DeadLetterLimits = .default, networkPath: (any NetworkPathSource)? = nil,
-        transferFiles: TransferFiles? = nil, isAllowed: @escaping @Sendable () -> Bool
+        transferFiles: TransferFiles? = nil, policy: UploadPolicy = .always,
+        isAllowed: @escaping @Sendable () -> Bool
     ) {
+        self.policy = policy
         self.transferFiles = transferFiles
         self.networkPath = networkPath
         self.owner = owner
@@ -176,20 +183,8 @@ actor Uploader {
             return signals.pending
         }
         if settings.timerInterval > 0 { armTimer(settings.timerInterval) }
-        networkPath?.start { [weak self] available in self?.enter { $0.networkChanged(available: available) } }
+        networkPath?.start { [weak self] path in self?.enter { $0.networkChanged(path) } }
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
-    }
-
-    /// The system found a network path, or lost the last one. When one
-    /// returns, what waits goes out at once: the backoff was for a collector
-    /// that could not be reached.
-    private func networkChanged(available: Bool) {
-        guard available != networkAvailable else { return }
-        networkAvailable = available
-        guard available else { return }
-        retryAt = nil
-        retryGeneration += 1
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// Stops the timer and retries and lets a request in flight finish (at
@@ -232,7 +227,7 @@ actor Uploader {
     nonisolated func committed(head: Int64) {
         let due = signals.withLock { signals -> Bool in
             signals.head = max(signals.head, head)
-            guard !signals.flushRequested else { return false }
+            guard !signals.flushRequested, !signals.paused else { return false }
             guard settings.flushIsDue(pending: signals.pending) else { return false }
             signals.flushRequested = true
             return true
