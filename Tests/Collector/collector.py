@@ -23,7 +23,9 @@ events[].id (any, spool), batch[].messageId (segment), records[].value.id (kafka
 
 POST /_control with a JSON object changes the behaviour, and answers
 {"held": requests held by mode "hold" right now}:
-    {"mode": "ok" | "status" | "redirect" | "hang" | "hold" | "reset",
+    {"mode": "ok" | "status" | "redirect" | "hang" | "hold" | "reset" | "accept_lost",
+                               # "accept_lost": take the batch, then never answer
+                               # (hang_seconds, then close): the answer is lost
      "status": 500,            # with mode "status" or "redirect": answer this code
      "retry_after": "2",       # Retry-After header with a "status" or "path_status" answer
      "location": "http://...", # Location header with a "redirect" answer (null: none)
@@ -72,6 +74,9 @@ state = {"mode": "ok", "status": 500, "retry_after": None, "times": None,
          "record_errors": {}, "plain_json": False, "require_headers": {}}
 released = threading.Condition(lock)
 release = {"status": None, "held": 0}
+# Idempotency-Key values of batches taken: a request carrying one again is
+# answered 200 and takes nothing ("duplicate": true in its log line).
+taken_keys = set()
 offsets = {"next": 0}
 log_path = None
 
@@ -412,8 +417,20 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(settings["status"], b"collector says no", retry_after(settings))
         if fmt == "kafka":
             return self.kafka_produce(entry, ids, settings)
-        entry["accepted"] = [i for i in ids if i is not None]
+        key = headers.get("idempotency-key")
+        with lock:
+            duplicate = key is not None and key in taken_keys
+            if key is not None:
+                taken_keys.add(key)
+        if duplicate:
+            entry["duplicate"] = True
+        else:
+            entry["accepted"] = [i for i in ids if i is not None]
         finish(200)
+        if mode == "accept_lost":
+            time.sleep(settings["hang_seconds"])
+            self.close_connection = True
+            return
         if fmt == "segment":
             return self.answer(200, b'{"success":true}', content_type="application/json")
         return self.answer(200, b"{}")

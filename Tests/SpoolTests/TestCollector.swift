@@ -44,6 +44,9 @@ final class TestCollector: @unchecked Sendable {
         let headers: [String: String]?
         /// What the body or headers got wrong for the collector's format.
         let format_errors: [String]?
+        /// It carried the Idempotency-Key of a batch the collector took
+        /// before: answered 200, nothing taken.
+        let duplicate: Bool?
 
         /// The body as the collector parsed it (decoded when gzipped).
         var rawBody: Data { Data(base64Encoded: raw) ?? Data() }

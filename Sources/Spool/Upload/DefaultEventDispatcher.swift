@@ -176,7 +176,8 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
         // transport; the completion handler carries the answer back.
         Task {
             let answer = await client.exchange(
-                through: transport, url: event.url, body: event.body, eventCount: event.eventCount, compress: false)
+                through: transport, url: event.url, body: event.body, eventCount: event.eventCount, compress: false,
+                tag: nil)
             switch answer {
             case .response(let response, _):
                 completionHandler?(

@@ -78,6 +78,11 @@ struct UploadBatch: Sendable {
 
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
+
+    /// The batch id every send of these events carries (`Idempotency-Key`):
+    /// its first and last events' ids, which no other batch shares. A
+    /// collector that took it once took all of them.
+    var key: String { count == 1 ? firstID : firstID + "_" + lastID }
     var last: Int64 { positions[positions.count - 1] }
 
     /// What reading the rows after a position found.
@@ -166,6 +171,7 @@ extension UploadBatch {
         return .batch(
             UploadBatch(
                 body: body.finish(), positions: positions, firstID: firstID,
-                lastID: String(decoding: lastID, as: UTF8.self), idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
+                lastID: String(decoding: lastID, as: UTF8.self),
+                idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
     }
 }

@@ -79,13 +79,28 @@ struct UploadClient: Sendable {
         }
     }
 
+    /// Which batch a request carries, and how many times it went before:
+    /// the `Idempotency-Key` and `X-Retry-Count` headers, so a collector
+    /// can tell a retry from new events and take it once.
+    struct Tag: Sendable, Hashable {
+        /// The same on every send of the same events (``UploadBatch/key``).
+        var batchID: String
+        /// Sends of this batch before this one.
+        var retries: Int
+    }
+
+    /// The header naming the batch a request carries.
+    static let idempotencyHeader = "Idempotency-Key"
+    /// The header counting the sends of the batch before this one.
+    static let retryCountHeader = "X-Retry-Count"
+
     /// Builds the request for `body` (asking the header provider, gzipping
     /// when `compress`) and sends it through `transport`.
     func exchange(
-        through transport: any UploadTransport, url: URL, body: Data, eventCount: Int, compress: Bool
+        through transport: any UploadTransport, url: URL, body: Data, eventCount: Int, compress: Bool, tag: Tag?
     ) async -> Answer {
         await send(through: transport) {
-            try await makeRequest(url: url, body: body, eventCount: eventCount, compress: compress)
+            try await makeRequest(url: url, body: body, eventCount: eventCount, compress: compress, tag: tag)
         }
     }
 
@@ -109,14 +124,20 @@ struct UploadClient: Sendable {
 
     /// The request for an uncompressed `body`, built on the spot; nil when
     /// the header provider must be asked first.
-    func immediateRequest(url: URL, body: Data, eventCount: Int) -> UploadRequest? {
+    func immediateRequest(url: URL, body: Data, eventCount: Int, tag: Tag?) -> UploadRequest? {
         guard options.headerProvider == nil else { return nil }
-        return request(url: url, headers: fixedHeaders, body: body, eventCount: eventCount)
+        return request(url: url, headers: fixedHeaders, body: body, eventCount: eventCount, tag: tag)
     }
 
-    /// A request with this client's timeout and network policy.
-    private func request(url: URL, headers: [String: String], body: Data, eventCount: Int) -> UploadRequest {
-        UploadRequest(
+    /// A request with this client's timeout and network policy, tagged
+    /// with its batch when it carries one of the uploader's.
+    private func request(url: URL, headers: [String: String], body: Data, eventCount: Int, tag: Tag?) -> UploadRequest {
+        var headers = headers
+        if let tag {
+            headers[Self.idempotencyHeader] = tag.batchID
+            headers[Self.retryCountHeader] = String(tag.retries)
+        }
+        return UploadRequest(
             url: url, headers: headers, body: body, eventCount: eventCount, timeout: requestTimeout,
             allowsExpensiveNetworkAccess: options.allowsExpensiveNetworkAccess,
             allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
@@ -131,7 +152,9 @@ struct UploadClient: Sendable {
     }
 
     /// The request for `body`, and whether it went out gzipped.
-    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool) async throws -> (UploadRequest, Bool) {
+    func makeRequest(url: URL, body: Data, eventCount: Int, compress: Bool, tag: Tag?) async throws
+        -> (UploadRequest, Bool)
+    {
         var headers = try await headers()
         var sent = body
         // A body zlib cannot compress (out of memory) goes as it is.
@@ -140,34 +163,27 @@ struct UploadClient: Sendable {
             sent = gzipped
             headers["Content-Encoding"] = "gzip"
         }
-        return (request(url: url, headers: headers, body: sent, eventCount: eventCount), gzipped != nil)
+        return (request(url: url, headers: headers, body: sent, eventCount: eventCount, tag: tag), gzipped != nil)
     }
 
     /// The request for a body built (and perhaps gzipped) earlier, a batch
-    /// handed to the system: this launch's headers, and `batchID` as its
-    /// `Idempotency-Key`, as every send of that body carries.
-    func storedRequest(url: URL, body: Data, compressed: Bool, eventCount: Int, batchID: String) async throws
+    /// handed to the system: this launch's headers, the same batch id.
+    func storedRequest(url: URL, body: Data, compressed: Bool, eventCount: Int, tag: Tag) async throws
         -> UploadRequest
     {
         var headers = try await headers()
         if compressed { headers["Content-Encoding"] = "gzip" }
-        HTTPHeaders.set(Self.idempotencyHeader, batchID, in: &headers)
-        return request(url: url, headers: headers, body: body, eventCount: eventCount)
+        return request(url: url, headers: headers, body: body, eventCount: eventCount, tag: tag)
     }
 
-    /// The header naming the batch a request carries, the same on every
-    /// send of the same events.
-    static let idempotencyHeader = "Idempotency-Key"
-
-    /// ``storedRequest(url:body:compressed:eventCount:batchID:)`` sent
-    /// through `transport`.
+    /// ``storedRequest(url:body:compressed:eventCount:tag:)`` sent through
+    /// `transport`.
     func exchangeStored(
-        through transport: any UploadTransport, url: URL, body: Data, compressed: Bool, eventCount: Int,
-        batchID: String
+        through transport: any UploadTransport, url: URL, body: Data, compressed: Bool, eventCount: Int, tag: Tag
     ) async -> Answer {
         await send(through: transport) {
             let request = try await storedRequest(
-                url: url, body: body, compressed: compressed, eventCount: eventCount, batchID: batchID)
+                url: url, body: body, compressed: compressed, eventCount: eventCount, tag: tag)
             return (request, compressed)
         }
     }

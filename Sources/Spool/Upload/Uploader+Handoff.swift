@@ -106,9 +106,10 @@ extension Uploader {
     /// gives it to the system.
     func handOff(_ batch: UploadBatch, _ handoffs: HandoffSettings) async throws {
         guard let files = transferFiles else { return }
-        let batchID = UUID().uuidString.lowercased()
+        let tag = nextTag(for: batch)
+        let batchID = tag.batchID
         let (request, compressed) = try await client.makeRequest(
-            url: settings.url, body: batch.body, eventCount: batch.count, compress: compresses)
+            url: settings.url, body: batch.body, eventCount: batch.count, compress: compresses, tag: tag)
         try files.write(request.body, for: batchID)
         let handoff = Handoff(
             batchID: batchID, session: handoffs.identifier, positions: batch.positions,
@@ -120,11 +121,10 @@ extension Uploader {
     }
 
     /// Hands `handoff`'s body file to the system, with `request`'s headers
-    /// and its batch id.
+    /// (its batch id among them).
     private func give(_ handoff: Handoff, _ request: UploadRequest, to handoffs: HandoffSettings) throws {
         guard let files = transferFiles else { return }
         var request = request
-        HTTPHeaders.set(UploadClient.idempotencyHeader, handoff.batchID, in: &request.headers)
         request.body = Data()  // the system reads the file
         do {
             try handoffs.session.upload(request, bodyFile: files.url(handoff.batchID), batchID: handoff.batchID)
@@ -150,7 +150,7 @@ extension Uploader {
             guard due else { return .wait }
             let request = try await client.storedRequest(
                 url: settings.url, body: Data(), compressed: handoff.compressed, eventCount: handoff.count,
-                batchID: handoff.batchID)
+                tag: UploadClient.Tag(batchID: handoff.batchID, retries: handoff.sends))
             let again = Handoff(
                 batchID: handoff.batchID, session: handoffs.identifier, positions: handoff.positions,
                 bodyFile: handoff.bodyFile, compressed: handoff.compressed, handedAt: now)
@@ -169,7 +169,9 @@ extension Uploader {
             return .next
         }
         try log.database.onQueue { try $0.countHandoffSend(handoff.batchID) }
-        let stored = StoredBody(body: body, compressed: handoff.compressed, batchID: handoff.batchID)
+        let stored = StoredBody(
+            body: body, compressed: handoff.compressed,
+            tag: UploadClient.Tag(batchID: handoff.batchID, retries: handoff.sends))
         let exchanged = await exchange(batch, compress: handoff.compressed, stored: stored)
         guard try await act(on: exchanged, for: batch, compress: handoff.compressed, handoff: handoff.batchID) else {
             return .next

@@ -171,7 +171,16 @@ extension Uploader {
     struct StoredBody: Sendable {
         let body: Data
         let compressed: Bool
-        let batchID: String
+        let tag: UploadClient.Tag
+    }
+
+    /// The tag of the next send of `batch`: its key, and how many times this
+    /// process sent it before (a retry reads the same events again).
+    func nextTag(for batch: UploadBatch) -> UploadClient.Tag {
+        let key = batch.key
+        let retries = lastSent?.key == key ? lastSent?.sends ?? 0 : 0
+        lastSent = (key, retries + 1)
+        return UploadClient.Tag(batchID: key, retries: retries)
     }
 
     /// Builds the request and sends it through the client's transport or
@@ -180,6 +189,7 @@ extension Uploader {
     /// body goes instead, through the transport, under its batch id.
     func exchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil) async -> Exchange {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
+        let tag = stored?.tag ?? nextTag(for: batch)
         let sentAt = now
         let answer = await withCheckedContinuation { continuation in
             // Whether an answer came, and until then what stops the request
@@ -212,11 +222,12 @@ extension Uploader {
                         finish(
                             await client.exchangeStored(
                                 through: transport, url: url, body: stored.body, compressed: stored.compressed,
-                                eventCount: batch.count, batchID: stored.batchID))
+                                eventCount: batch.count, tag: tag))
                     }
                     stop = { task.cancel() }
                 } else if !compress, let callback = client.callbackTransport,
-                    let request = client.immediateRequest(url: url, body: batch.body, eventCount: batch.count)
+                    let request = client.immediateRequest(
+                        url: url, body: batch.body, eventCount: batch.count, tag: tag)
                 {
                     // Nothing to do off the database queue: sent from here,
                     // and the answer comes back with one hop.
@@ -229,7 +240,7 @@ extension Uploader {
                         finish(
                             await client.exchange(
                                 through: transport, url: url, body: batch.body, eventCount: batch.count,
-                                compress: compress))
+                                compress: compress, tag: tag))
                     }
                     stop = { task.cancel() }
                 }

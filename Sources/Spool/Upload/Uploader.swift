@@ -110,6 +110,9 @@ actor Uploader {
     let deadLetterLimits: DeadLetterLimits
     /// Where each request's result goes (nil: nobody listens).
     let results: UploadResultCenter?
+    /// The batch key sent last, and how many times in a row (the
+    /// `X-Retry-Count` of its next send).
+    var lastSent: (key: String, sends: Int)?
     /// Results not yet in `upload_batches`: written with the uploader's
     /// transaction once ``recordsPerWrite`` wait, and when a pass ends.
     var unsavedRecords: [UploadBatchRecord] = []

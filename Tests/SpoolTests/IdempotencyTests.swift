@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// Requests a collector can deduplicate (W3): the batch id in
+/// `Idempotency-Key` and the sends before in `X-Retry-Count`, against the
+/// real test collector, which takes a batch once per key — after a lost
+/// answer, and after a SIGKILL mid-request.
+@Suite(.needsChildProcesses)
+struct IdempotencyTests {
+    @Test(
+        "W3: an answer lost after the collector took the batch: the retry carries the same Idempotency-Key, X-Retry-Count 1, and the collector takes it once"
+    )
+    func lostAnswer() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "accept_lost", "times": 1, "hang_seconds": 30])
+        let engine = uploadingEngine(
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600, requestTimeout: 1)
+        try await engine.start()
+        let ids = try recordEvents(engine, 9)
+        await #expect(throws: UploadError.self) { try await engine.flush() }
+        try await flushUntilDone(engine)
+        let requests = collector.requests()
+        #expect(requests.count == 2)
+        let keys = requests.map { $0.header("Idempotency-Key") }
+        #expect(keys[0] != nil && keys[0] == keys[1], "\(keys)")
+        #expect(requests.map { $0.header("X-Retry-Count") } == ["0", "1"])
+        #expect(requests.map { $0.duplicate ?? false } == [false, true])
+        let accepted = collector.acceptedIDs()
+        #expect(accepted.count == 10 && Set(accepted).isSuperset(of: ids), "taken once")
+
+        // The next batch is another key, and a first send.
+        let more = try recordEvents(engine, 2, prefix: "next")
+        try await engine.flush()
+        let last = try #require(collector.requests().last)
+        #expect(last.header("Idempotency-Key") != keys[0] && last.header("X-Retry-Count") == "0")
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: more))
+        await engine.close()
+    }
+
+    @Test("W3: a process killed mid-request: the next launch sends the batch under the same Idempotency-Key")
+    func killedMidRequest() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "accept_lost", "times": 1, "hang_seconds": 30])
+        let path = directory.databaseURL.path
+        let child = try ProcessBoundaryTests.Child(
+            [path, "killed", "--notifier", collector.url.absoluteString], in: directory, name: "killed")
+        #expect(try await waitUntil(timeout: 30) { collector.requests().count == 1 }, "\(child.lines())")
+        child.sendSIGKILL()
+        let sent = try #require(collector.requests().first)
+        let key = try #require(sent.header("Idempotency-Key"))
+
+        // The next launch reads the same two events (session_start and the
+        // one recorded) as its first batch.
+        var configuration = EngineConfiguration(
+            database: .file(directory.databaseURL), collectorURL: collector.url,
+            dispatcher: DefaultEventDispatcher(batchSize: 2, timerInterval: 3_600, requestTimeout: 2))
+        configuration.retryPolicy = fastRetry
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        try await flushUntilDone(engine)
+        let requests = collector.requests()
+        #expect(requests.count == 3, "the batch again, then the new launch's session_start")
+        #expect(requests[1].header("Idempotency-Key") == key)
+        #expect(requests[1].duplicate == true)
+        #expect(collector.acceptedIDs().count == 3, "each event taken once")
+        await engine.close()
+    }
+}
