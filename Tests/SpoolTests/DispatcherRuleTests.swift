@@ -32,7 +32,7 @@ struct DispatcherRuleTests {
     func flushesBySize() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         for index in 0..<8 { try engine.record("e\(index)") }  // 9 with session_start
         try await engine.settle()
@@ -234,7 +234,7 @@ struct DispatcherRuleTests {
     func backgroundFlush() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 3_600)
         try await engine.start()
         try engine.record("before_background")
         try await engine.settle()
