@@ -28,8 +28,13 @@ extension EventEngine {
         // The result crosses threads under a lock: what the opening thread
         // built is then visible to the task that goes on with it.
         let opened = Protected<Result<OpenedDatabase, any Error>?>(nil)
+        // Foundation on Linux gives a thread its name only once start() has
+        // returned on the thread that started it, and drops a name set
+        // before: the opening thread names itself after that.
+        let started = DispatchSemaphore(value: 0)
         await withCheckedContinuation { continuation in
             let thread = Thread {
+                started.wait()
                 Thread.current.name = "spool.open"  // set here: Linux names only a running thread
                 let result = Result { try SpoolError.bridging { try open(configuration) } }
                 opened.withLock { $0 = result }
@@ -37,6 +42,7 @@ extension EventEngine {
             }
             thread.qualityOfService = .userInitiated
             thread.start()
+            started.signal()
         }
         guard let result = opened.withLock({ $0 }) else {
             preconditionFailure("the opening thread resumes only after it set the result")
