@@ -113,12 +113,23 @@ private func runInterleaving(_ file: Int, at url: URL, random: inout SplitMix64)
     emit("NOW \(file) \(model.user ?? "-") \(model.epoch) \(model.traits.map(String.init) ?? "-")")
 }
 
+/// Whether the test that started this process (`parent`, read at its
+/// start) has ended: its control folder went with its temporary directory,
+/// or the test process itself is gone. The identity modes keep no deadline
+/// of their own: the test bounds how long it waits for them, and they stop
+/// once it has ended.
+func testEnded(control: URL, parent: pid_t) -> Bool {
+    getppid() != parent || !FileManager.default.fileExists(atPath: control.path)
+}
+
 /// `--rounds CONTROL_DIR ROUNDS PER_ROUND`: records for `user-W`, then for
 /// each round k waits for CONTROL_DIR/round-k (another process has made its
 /// identity change by then), records PER_ROUND events `round` with
 /// {"round": k} without waiting between them, and prints `ROUND k` once the
-/// last is durable; prints `CLOSED` at the end.
+/// last is durable; prints `ENDED k` instead when the test ended while it
+/// waited for round k, and `CLOSED` at the end.
 func runRounds(_ url: URL, control: URL, rounds: Int, perRound: Int) async throws {
+    let parent = getppid()
     let engine = EventEngine(configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil))
     try await engine.start()
     try engine.identify(userId: "user-W")
@@ -126,8 +137,11 @@ func runRounds(_ url: URL, control: URL, rounds: Int, perRound: Int) async throw
     emit("READY")
     for round in 1...rounds {
         let signal = control.appendingPathComponent("round-\(round)").path
-        guard try await poll(seconds: 30, { FileManager.default.fileExists(atPath: signal) }) else {
-            emit("TIMEOUT \(round)")
+        while !FileManager.default.fileExists(atPath: signal), !testEnded(control: control, parent: parent) {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        guard FileManager.default.fileExists(atPath: signal) else {
+            emit("ENDED \(round)")
             break
         }
         for index in 0..<perRound - 1 {
@@ -143,8 +157,9 @@ func runRounds(_ url: URL, control: URL, rounds: Int, perRound: Int) async throw
 /// `--erasure-recorder CONTROL_DIR`: identifies `W1` … `W5` (each written
 /// before the next), prints `READY`, then records `p1` events (every 20th
 /// durably) and prints `RECORDED n` every 500 until CONTROL_DIR/stop exists
-/// (60 s at most); then prints `IDENTITY <user>` and `DONE`.
+/// or the test has ended; then prints `IDENTITY <user>` and `DONE`.
 func runErasureRecorder(_ url: URL, control: URL) async throws {
+    let parent = getppid()
     let engine = EventEngine(configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil))
     try await engine.start()
     for index in 1...5 {
@@ -153,9 +168,8 @@ func runErasureRecorder(_ url: URL, control: URL) async throws {
     }
     emit("READY")
     let stop = control.appendingPathComponent("stop").path
-    let deadline = Date().addingTimeInterval(60)
     var count = 0
-    while Date() < deadline, !FileManager.default.fileExists(atPath: stop) {
+    while !FileManager.default.fileExists(atPath: stop), !testEnded(control: control, parent: parent) {
         for _ in 0..<19 {
             count += 1
             try engine.record("p1", parameters: ["n": .int(count)])

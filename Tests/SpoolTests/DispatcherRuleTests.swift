@@ -32,7 +32,7 @@ struct DispatcherRuleTests {
     func flushesBySize() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         for index in 0..<8 { try engine.record("e\(index)") }  // 9 with session_start
         try await engine.settle()
@@ -63,13 +63,21 @@ struct DispatcherRuleTests {
 
         let timedDirectory = TemporaryDirectory()
         let timedCollector = try await TestCollector(timedDirectory)
-        let timed = uploadingEngine(timedDirectory, collector: timedCollector, batchSize: 100, timerInterval: 0.3)
-        let started = Date()
+        // The engine's clock moves only when the test moves it: the timer
+        // cannot fire between start() and the two records, however slow
+        // the machine.
+        let clock = ManualClock()
+        let timed = uploadingEngine(
+            timedDirectory, collector: timedCollector, batchSize: 100, timerInterval: 0.3, clock: clock)
         try await timed.start()
         try timed.record("a")
         try timed.record("b")
+        try await timed.settle()
+        clock.advance(by: 0.2)
+        try await timed.settle()
+        #expect(try await timed.uploadStatistics().requests == 0, "not before the timer")
+        clock.advance(by: 0.2)
         #expect(await timedCollector.waitFor(timeout: 5) { !$0.isEmpty })
-        #expect(Date().timeIntervalSince(started) >= 0.25, "not before the timer")
         #expect(timedCollector.requests().first?.ids.count == 3)
         await timed.close()
     }
@@ -234,7 +242,7 @@ struct DispatcherRuleTests {
     func backgroundFlush() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, timerInterval: 3_600)
         try await engine.start()
         try engine.record("before_background")
         try await engine.settle()

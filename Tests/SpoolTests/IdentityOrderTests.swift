@@ -150,15 +150,15 @@ struct IdentityOrderTests {
         let child = try ProcessBoundaryTests.Child(
             [directory.databaseURL.path, "rounds", "--rounds", control.path, "\(rounds)", "\(perRound)"],
             in: directory, name: "rounds")
-        try await waitUntil(timeout: 60, interval: 0.002) { child.lines().contains("READY") }
+        try #require(try await waitUntil(timeout: 60, interval: 0.002) { child.lines().contains("READY") })
         for round in 1...rounds {
             try engine.identify(userId: "user-\(round)")
             // The change is in the file once identity() returns.
             #expect(try await engine.identity().userId == "user-\(round)")
             _ = FileManager.default.createFile(atPath: control.appendingPathComponent("round-\(round)").path, contents: nil)
-            try await waitUntil(timeout: 60, interval: 0.001) {
-                child.lines().contains { $0 == "ROUND \(round)" || $0.hasPrefix("TIMEOUT") }
-            }
+            try #require(
+                try await waitUntil(timeout: 60, interval: 0.001) { child.lines().contains("ROUND \(round)") },
+                "\(child.lines().suffix(3))")
         }
         let output = await child.finish(timeout: 60)
         #expect(output.last == "CLOSED", "\(output.suffix(3))")
@@ -204,13 +204,13 @@ struct IdentityOrderTests {
         let child = try ProcessBoundaryTests.Child(
             [directory.databaseURL.path, "p1", "--erasure-recorder", control.path], in: directory, name: "recorder")
         func recorded() -> Int { child.lines().filter { $0.hasPrefix("RECORDED ") }.count }
-        try await waitUntil(timeout: 60, interval: 0.002) { recorded() >= 1 }
+        try #require(try await waitUntil(timeout: 60, interval: 0.002) { recorded() >= 1 }, "\(child.lines().suffix(3))")
         for round in 1...3 {
             let seen = recorded()
-            try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen }
+            try #require(try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen }, "round \(round)")
             // The WAL cannot be truncated while the recorder reads: the rows
             // are deleted all the same, and a second call finishes.
-            try await waitUntil(timeout: 30, interval: 0.01) {
+            let erased = try await waitUntil(timeout: 30, interval: 0.01) {
                 do {
                     try await engine.eraseAllData()
                     return true
@@ -218,11 +218,12 @@ struct IdentityOrderTests {
                     return false
                 }
             }
+            try #require(erased, "round \(round)")
             for index in 1...5 { try engine.identify(userId: "Z\(round)-\(index)") }
             _ = try await engine.identity()
         }
         let seen = recorded()
-        try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen + 1 }
+        try #require(try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen + 1 }, "after the last erasure")
         _ = FileManager.default.createFile(atPath: control.appendingPathComponent("stop").path, contents: nil)
         let output = await child.finish(timeout: 60)
         #expect(output.last == "DONE", "\(output.suffix(3))")

@@ -117,12 +117,13 @@ struct PlatformStartTests {
         #endif
         // Other async work runs while the starts wait: a probe on the pool
         // finishes, and releases the lock itself. A watchdog off the pool
-        // releases it after 30 s if the probe cannot run.
+        // releases it after 30 s (stretched by sanitizedPatience) if the
+        // probe cannot run.
         let probe = Protected<Date?>(nil)
         let released = Protected<Date?>(nil)
         let probed = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
-            _ = probed.wait(timeout: .now() + 30)
+            _ = probed.wait(timeout: .now() + 30 * sanitizedPatience)
             released.withLock { $0 = Date() }
             holder.sendSIGKILL()
         }

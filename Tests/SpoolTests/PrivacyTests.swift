@@ -42,7 +42,7 @@ struct PrivacyTests {
         let listener = CollectingListener()
         let missed = Protected(0)
         // Nothing goes out before the flush below: its upload is the one in flight.
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         engine.events.addDurableObserver(listener, id: "warehouse") { count in missed.withLock { $0 += count } }
         try await engine.start()
         let database = directory.defaultDataStoreURL
@@ -89,7 +89,7 @@ struct PrivacyTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])  // nothing gets through yet
-        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         try await first.start()
         for index in 0..<20 { try first.record("before_withdrawal", parameters: ["i": .int(index)]) }
         try await first.settle()
@@ -100,7 +100,7 @@ struct PrivacyTests {
         try await first.flush()
         await first.close()
 
-        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         try await second.start()
         try await second.flush()
         await second.close()
@@ -117,7 +117,7 @@ struct PrivacyTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         try await engine.start()
         _ = try recordEvents(engine, 10, prefix: "before_first")
         engine.setConsent(false)
@@ -142,7 +142,7 @@ struct PrivacyTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 503])
-        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let first = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         try await first.start()
         for index in 0..<20 { try first.record("queued_earlier", parameters: ["i": .int(index)]) }
         try await first.settle()
@@ -150,7 +150,7 @@ struct PrivacyTests {
         try await collector.control(["mode": "ok"])
 
         // Consent not granted yet at launch (configuration): the queue stays.
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         configuration.consent = false
         let undecided = EventEngine(configuration: configuration)
         try await undecided.start()
@@ -158,7 +158,7 @@ struct PrivacyTests {
         await undecided.close()
 
         // An explicit withdrawal before start: discarded when start opens it.
-        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let second = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         second.setConsent(false)
         second.setConsent(true)
         // Recorded after consent returned, before start: it waits for the
@@ -294,7 +294,7 @@ struct PrivacyTests {
         // Nothing gets through while the queue fills (size-triggered uploads
         // would otherwise drain part of it on a slow machine).
         try await collector.control(["mode": "status", "status": 503])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         try await engine.start()
         try #require(engine.state.withLock { $0.log }).shrinkDelay = 0.2
         let database = directory.defaultDataStoreURL

@@ -199,7 +199,7 @@ struct RedirectTests {
         try await collector.control([
             "mode": "redirect", "status": status, "location": "http://127.0.0.1:\(collector.port)/other", "times": 1,
         ])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 3, prefix: "redirected", parameters: Self.parameters)
         try await engine.flush()
@@ -234,7 +234,7 @@ struct RedirectTests {
         let other = try await TestCollector(directory)
         let location = location(target, collector: collector, other: other)
         try await collector.control(["mode": "redirect", "status": status, "location": location, "times": 1])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 3, prefix: "redirected", parameters: Self.parameters)
 

@@ -233,9 +233,12 @@ let defaultRequestTimeout: TimeInterval = isThreadSanitized ? 10 : 2
 
 let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2, jitter: 0.5...1.0)
 
-/// An engine on a file, uploading to `collector`.
+/// An engine on a file, uploading to `collector`. Its timer waits an hour
+/// unless a test asks for another: tests flush themselves, and a timer
+/// pass of its own (a loaded sanitized run outlasts a minute) would send
+/// events before the test has scripted the collector's answers.
 func uploadingEngine(
-    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
+    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
     maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
@@ -249,7 +252,7 @@ func uploadingEngine(
 
 /// The configuration ``uploadingEngine`` starts from, to change before use.
 func uploadingConfiguration(
-    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 60,
+    _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
     maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
@@ -291,7 +294,7 @@ func flushSixLargeEvents(_ directory: TemporaryDirectory) async throws -> (
     collector: TestCollector, requests: [TestCollector.Request], ids: [String]
 ) {
     let collector = try await TestCollector(directory)
-    let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+    let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
     try await engine.start()
     let blob = String(repeating: "x", count: 900_000)
     let ids = try recordEvents(engine, 6, prefix: "big_", parameters: { _ in ["blob": .string(blob)] })

@@ -69,7 +69,8 @@ extension Trait where Self == ConditionTrait {
 /// held; the caller's expectations say what a timeout means. The default
 /// bound is generous (a condition that holds returns at once): under the
 /// thread sanitizer, with the whole suite sharing two cores, an upload's
-/// round trip to the collector can take more than 10 s.
+/// round trip to the collector can take more than 10 s. There `timeout` is
+/// stretched by ``sanitizedPatience``.
 @discardableResult
 func waitUntil(timeout: TimeInterval = 30, interval: TimeInterval = 0.005, _ condition: () throws -> Bool)
     async throws -> Bool
@@ -83,7 +84,7 @@ func waitUntil(timeout: TimeInterval = 30, interval: TimeInterval = 0.005, _ con
 func waitUntil(timeout: TimeInterval = 30, interval: TimeInterval = 0.005, asking condition: () async throws -> Bool)
     async throws -> Bool
 {
-    let deadline = Date().addingTimeInterval(timeout)
+    let deadline = Date().addingTimeInterval(timeout * sanitizedPatience)
     while try await !condition() {
         guard Date() < deadline else { return false }
         try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
@@ -336,6 +337,14 @@ extension EventEngine {
         try await query { try $0.readEvents(after: 0, limit: .max).map(\.name) }
     }
 }
+
+/// How many times longer a test waits under the thread sanitizer than its
+/// stated bound. The whole suite then runs at once on two cores, each
+/// thread several times slower, beside the collectors and child processes
+/// it starts: a condition that holds within a second in a plain build can
+/// take 40 s and more there. The bounds in the tests are a plain build's;
+/// only how long a sanitized build waits for them grows.
+let sanitizedPatience: Double = isThreadSanitized ? 5 : 1
 
 /// Whether this build runs under the thread sanitizer (`swift test
 /// --sanitize=thread`), whose shadow memory makes resident sizes meaningless.

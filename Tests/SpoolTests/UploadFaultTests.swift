@@ -27,7 +27,7 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500, "times": 4])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 20)
         try await engine.settle()
@@ -82,7 +82,7 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         // One batch of 26 (no size trigger before the collector is told which ids to refuse).
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 25)
         let rejected = [ids[3], ids[17]]
@@ -113,7 +113,7 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["max_bytes": 1_200])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 12)
         let huge = try engine.record("huge", parameters: ["blob": .string(String(repeating: "y", count: 5_000))])
@@ -139,7 +139,7 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 403, "times": 1])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 4)  // with session_start: 5, under the batch size
         await #expect(throws: UploadError.self) { try await engine.flush() }
@@ -158,7 +158,7 @@ struct UploadFaultTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hang", "times": 1, "hang_seconds": 3])
         let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 5, timerInterval: 60, requestTimeout: 0.5)
+            directory, collector: collector, batchSize: 5, timerInterval: 3_600, requestTimeout: 0.5)
         try await engine.start()
         let ids = try recordEvents(engine, 9)
         try await flushUntilDone(engine)
@@ -172,7 +172,7 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "reset", "times": 2])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 9)
         try await flushUntilDone(engine)
@@ -215,7 +215,7 @@ struct UploadFaultTests {
     func concurrentFlushesCoalesce() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 40)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -237,7 +237,7 @@ struct UploadFaultTests {
     func closeReleasesTheUploadLease() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 60)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 3_600)
         try await engine.start()
         // A failed upload keeps the lease (the events wait for a retry); the
         // collector fails before any event can go out by size.
