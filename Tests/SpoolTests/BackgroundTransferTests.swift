@@ -61,7 +61,13 @@ struct BackgroundTransferTests {
     }
 
     static func bodies(_ directory: TemporaryDirectory) -> [String] {
-        (try? FileManager.default.contentsOfDirectory(atPath: transfersDirectory(directory))) ?? []
+        // No directory: nothing was ever handed off.
+        guard FileManager.default.fileExists(atPath: transfersDirectory(directory)) else { return [] }
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: transfersDirectory(directory))
+        } catch {
+            return ["unreadable: \(error)"]
+        }
     }
 
     @Test(
