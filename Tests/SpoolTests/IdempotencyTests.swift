@@ -17,18 +17,20 @@ struct IdempotencyTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "accept_lost", "times": 1, "hang_seconds": 30])
-        let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 100, timerInterval: 3_600, requestTimeout: 1)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 9)
         await #expect(throws: UploadError.self) { try await engine.flush() }
         try await flushUntilDone(engine)
+        // Every send of the batch (a loaded machine may time out more than
+        // the first) carries its key and counts the sends before it; only
+        // the first is taken.
         let requests = collector.requests()
-        #expect(requests.count == 2)
+        #expect(requests.count >= 2)
         let keys = requests.map { $0.header("Idempotency-Key") }
-        #expect(keys[0] != nil && keys[0] == keys[1], "\(keys)")
-        #expect(requests.map { $0.header("X-Retry-Count") } == ["0", "1"])
-        #expect(requests.map { $0.duplicate ?? false } == [false, true])
+        #expect(keys[0] != nil && Set(keys).count == 1, "\(keys)")
+        #expect(requests.map { $0.header("X-Retry-Count") } == requests.indices.map { String($0) })
+        #expect(requests.map { $0.duplicate ?? false } == [false] + Array(repeating: true, count: requests.count - 1))
         let accepted = collector.acceptedIDs()
         #expect(accepted.count == 10 && Set(accepted).isSuperset(of: ids), "taken once")
 
@@ -58,15 +60,16 @@ struct IdempotencyTests {
         // one recorded) as its first batch.
         var configuration = EngineConfiguration(
             database: .file(directory.databaseURL), collectorURL: collector.url,
-            dispatcher: DefaultEventDispatcher(batchSize: 2, timerInterval: 3_600, requestTimeout: 2))
+            dispatcher: DefaultEventDispatcher(batchSize: 2, timerInterval: 3_600, requestTimeout: defaultRequestTimeout))
         configuration.retryPolicy = fastRetry
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         try await flushUntilDone(engine)
-        let requests = collector.requests()
-        #expect(requests.count == 3, "the batch again, then the new launch's session_start")
-        #expect(requests[1].header("Idempotency-Key") == key)
-        #expect(requests[1].duplicate == true)
+        // The batch again (taken already: a duplicate), then the new
+        // launch's session_start.
+        let requests = collector.requests().dropFirst()
+        #expect(requests.first?.header("Idempotency-Key") == key)
+        #expect(requests.filter { $0.header("Idempotency-Key") == key }.allSatisfy { $0.duplicate == true })
         #expect(collector.acceptedIDs().count == 3, "each event taken once")
         await engine.close()
     }
