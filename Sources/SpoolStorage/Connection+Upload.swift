@@ -334,6 +334,17 @@ extension Connection {
         }
     }
 
+    /// Whether uploads are paused, and whether any batch is handed to the
+    /// system, in one statement.
+    package func uploadGates() throws -> (paused: Bool, handedOff: Bool) {
+        try withStatement(
+            "SELECT EXISTS (SELECT 1 FROM upload_pause), EXISTS (SELECT 1 FROM background_transfers)"
+        ) { statement in
+            guard try statement.step() else { return (false, false) }
+            return (statement.int(at: 0) != 0, statement.int(at: 1) != 0)
+        }
+    }
+
     /// Whether uploads are paused.
     package func uploadsPaused() throws -> Bool {
         try withStatement("SELECT count(*) FROM upload_pause") { statement in

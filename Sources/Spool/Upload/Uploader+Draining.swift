@@ -16,6 +16,11 @@ extension Uploader {
         /// The batch at the position was handed to the system.
         case handedOff(Handoff)
 
+        var isPaused: Bool {
+            if case .paused = self { return true }
+            return false
+        }
+
         /// Anything but a batch to send ends the pass.
         var endsPass: Bool {
             if case .batch = self { return false }
@@ -44,7 +49,6 @@ extension Uploader {
             }
             if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
             let step = try saveAndRead(uploaded, handoff: settled)
-            if let settled { transferFiles?.delete(only: settled) }
             (uploaded, settled) = (nil, nil)
             switch step {
             case .empty:
@@ -72,12 +76,7 @@ extension Uploader {
                 if try await send(batch) { uploaded = (batch.first, batch.last) }
             }
         }
-        if let uploaded {
-            _ = try saveAndRead(uploaded, handoff: settled, read: false)
-            if let settled { transferFiles?.delete(only: settled) }
-        } else {
-            try saveNotes()
-        }
+        if let uploaded { _ = try saveAndRead(uploaded, handoff: settled, read: false) } else { try saveNotes() }
     }
 
     /// The batch the system was given is settled by its report: the pass
@@ -111,7 +110,9 @@ extension Uploader {
     /// lease, and reads the next batch after the position *in the database*.
     /// With nothing left to send the lease is given up. The records of
     /// earlier requests are written with it once ``recordsPerWrite`` wait,
-    /// or when the pass ends.
+    /// or when the pass ends. With `handoff`, the batch the system was given
+    /// (`uploaded`'s events), its row is deleted in the same transaction and
+    /// its body after it.
     func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, handoff: String? = nil, read: Bool = true) throws
         -> Step
     {
@@ -123,9 +124,10 @@ extension Uploader {
         let uploaded = generation == readGeneration ? uploaded : nil
         readGeneration = generation
         let records = unsavedRecords
-        let (step, position, head, passed, wroteRecords) = try log.database.onQueue { connection in
-            try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool) in
+        let (step, position, head, passed, wroteRecords, settled) = try log.database.onQueue { connection in
+            try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool, Bool) in
                 var passed: Int64 = 0
+                var settled = false
                 if let uploaded {
                     // Events the queue bound dropped while their request was
                     // in flight are counted as dropped, not uploaded as well.
@@ -133,7 +135,7 @@ extension Uploader {
                     passed = max(0, min(before, uploaded.last) - uploaded.first + 1)
                     try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
                     // The hand-off is settled with its position: never twice.
-                    if let handoff { try connection.deleteHandoff(handoff) }
+                    if let handoff { settled = try connection.deleteHandoff(handoff) }
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -143,15 +145,12 @@ extension Uploader {
                 // pages of `upload_batches`, whose rows are a few kilobytes.
                 let write = !records.isEmpty && (step.endsPass || records.count >= Self.recordsPerWrite)
                 if write { try connection.recordUploadBatches(records) }
-                return (step, position, head, passed, write)
+                return (step, position, head, passed, write, settled)
             }
         }
         if wroteRecords { recordsWritten(records.count) }
-        if read {
-            let paused: Bool
-            if case .paused = step { paused = true } else { paused = false }
-            signals.withLock { $0.paused = paused }
-        }
+        if settled, let handoff { transferFiles?.delete(only: handoff) }
+        if read { signals.withLock { $0.paused = step.isPaused } }
         counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
@@ -175,7 +174,10 @@ extension Uploader {
             try connection.releaseLease(consumer, owner: owner)
             return .empty
         }
-        if try connection.uploadsPaused() {
+        // One query for the pause and the hand-offs: both are rare, and this
+        // runs for every batch.
+        let gates = try connection.uploadGates()
+        if gates.paused {
             try connection.releaseLease(consumer, owner: owner)
             return .paused
         }
@@ -184,7 +186,7 @@ extension Uploader {
         {
             return .heldElsewhere(lease)
         }
-        if let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
+        if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         switch try UploadBatch.read(after: position, limit: settings.batchSize, anyFormat: format, from: connection) {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
