@@ -24,6 +24,13 @@ let package = Package(
             path: "Sources/CZlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
+        // libcrypto from the system (libssl-dev on Debian/Ubuntu): AES-GCM for
+        // sealed values where CryptoKit is missing. Apple platforms use CryptoKit.
+        .systemLibrary(
+            name: "CCrypto",
+            path: "Sources/CCrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // The storage layer: connection, migrations, the event log and its
         // consumers. It knows nothing of listeners, surveys, HTTP or the engine.
         .target(
@@ -33,7 +40,9 @@ let package = Package(
         ),
         .target(
             name: "Spool",
-            dependencies: ["SpoolStorage", "CZlib"],
+            dependencies: [
+                "SpoolStorage", "CZlib", .target(name: "CCrypto", condition: .when(platforms: [.linux, .android])),
+            ],
             path: "Sources/Spool",
             resources: [.copy("PrivacyInfo.xcprivacy")]
         ),

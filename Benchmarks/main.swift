@@ -227,6 +227,10 @@ if runs("upload") {
     try UploadMemoryBenchmarks(quick: quick, report: report).run()
     report.calibrate("after upload")
 }
+if runs("encryption") {
+    try await EncryptionBenchmarks(quick: quick, report: report).run()
+    report.calibrate("after encryption")
+}
 if runs("history") {
     try await HistoryBenchmarks(quick: quick, report: report).run()
     report.calibrate("after history")

@@ -53,24 +53,38 @@ extension Connection {
     /// Up to `limit` events after `position`, in log order, stopping before
     /// the total parameter bytes would pass `maxBytes` (but always returning
     /// at least one event when there is one).
-    package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) throws -> [StoredEvent] {
-        try withStatement(
-            """
-            SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
-            WHERE e.seq > ? ORDER BY e.seq LIMIT ?
-            """
-        ) { statement in
-            try statement.bind(position, at: 1)
-            try statement.bind(limit, at: 2)
-            var events: [StoredEvent] = []
-            var bytes = 0
-            while try statement.step() {
-                let event = StoredEvent(statement)
-                bytes += event.parametersJSON.utf8.count + event.name.utf8.count
-                if !events.isEmpty && bytes > maxBytes { break }
-                events.append(event)
+    ///
+    /// An event whose values will not open is set aside in the dead letters
+    /// (``setAsideUndecryptable(_:now:)``) and the read goes on past it.
+    package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max, now: Double) throws
+        -> [StoredEvent]
+    {
+        while true {
+            let (events, closed) = try withStatement(
+                """
+                SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
+                WHERE e.seq > ? ORDER BY e.seq LIMIT ?
+                """
+            ) { statement in
+                try statement.bind(position, at: 1)
+                try statement.bind(limit, at: 2)
+                var events: [StoredEvent] = []
+                var closed: [Int64] = []
+                var bytes = 0
+                while try statement.step() {
+                    guard let event = StoredEvent(statement, on: self) else {
+                        closed.append(statement.int64(at: 0))
+                        continue
+                    }
+                    bytes += event.parametersJSON.utf8.count + event.name.utf8.count
+                    if !events.isEmpty && bytes > maxBytes { break }
+                    events.append(event)
+                }
+                return (events, closed)
             }
-            return events
+            try setAsideUndecryptable(closed, now: now)
+            // A page of rows that all stayed closed: read the next one.
+            guard events.isEmpty && !closed.isEmpty else { return events }
         }
     }
 
@@ -193,7 +207,10 @@ extension EventLog {
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max) async throws
         -> [StoredEvent]
     {
-        try await database.run { try $0.readEvents(after: position, limit: limit, maxBytes: maxBytes) }
+        let now = database.clock.now
+        return try await database.run {
+            try $0.readEvents(after: position, limit: limit, maxBytes: maxBytes, now: now)
+        }
     }
 
     @discardableResult

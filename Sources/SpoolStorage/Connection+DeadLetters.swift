@@ -2,7 +2,8 @@ import Foundation
 
 extension Connection {
     /// Moves `events` to the dead letters with `status` and `reason`, and
-    /// advances `consumer` past them, in one transaction. The events stay in
+    /// advances `consumer` past them, in one transaction (their parameters
+    /// sealed again when the connection seals). The events stay in
     /// the log for other consumers until everyone has passed them. `now`
     /// (seconds since 1970) is their `failed_at`.
     package func deadLetter(
@@ -14,14 +15,16 @@ extension Connection {
                 """
                 INSERT OR REPLACE INTO dead_letters \
                 (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at, type, target, \
-                identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
             ) { statement in
                 for event in events {
                     try statement.bind(event.seq, at: 1)
                     try statement.bind(event.id, at: 2)
                     try statement.bind(event.name, at: 3)
-                    try statement.bind(event.parametersJSON, at: 4)
+                    let sealed = try sealParameters(event.parametersJSON, eventID: event.id)
+                    try statement.bind(sealed == nil ? event.parametersJSON : Self.sealedJSON, at: 4)
+                    try statement.bindBlob(sealed, at: 14)
                     try statement.bind(event.recordedAt, at: 5)
                     try statement.bind(event.sessionID, at: 6)
                     if let status { try statement.bind(status, at: 7) } else { try statement.bindNull(at: 7) }

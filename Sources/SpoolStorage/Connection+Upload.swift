@@ -1,22 +1,33 @@
 import Foundation
 
 extension StoredEvent {
-    /// The row a `SELECT` of ``columns`` ``fromEvents`` stands on.
-    init(_ statement: Statement) {
+    /// The row a `SELECT` of ``columns`` ``fromEvents`` stands on, its
+    /// sealed values opened on `connection`; nil when one will not open.
+    init?(_ statement: Statement, on connection: Connection) {
+        let id = statement.string(at: 1)
+        guard
+            let parameters = connection.openParameters(
+                readable: statement.string(at: 3), sealed: statement.blob(at: 16), eventID: id)
+        else { return nil }
         self.init(
-            seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
-            parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+            seq: statement.int64(at: 0), id: id, name: statement.string(at: 2),
+            parametersJSON: parameters, recordedAt: statement.double(at: 4),
             sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0,
             uploaderOnly: statement.int64(at: 7) != 0)
         type = statement.string(at: 8)
         target = statement.optionalString(at: 9)
         contextID = statement.isNull(at: 10) ? nil : statement.int64(at: 10)
         if !statement.isNull(at: 11) {
-            identityID = statement.int64(at: 11)
+            let row = statement.int64(at: 11)
+            var person = (userID: statement.optionalString(at: 13), traitsJSON: statement.string(at: 14))
+            if let sealed = statement.blob(at: 17) {
+                guard let opened = connection.openIdentity(sealed, row: row) else { return nil }
+                person = opened
+            }
+            identityID = row
             identity = IdentityRow(
-                id: statement.int64(at: 11), anonymousID: statement.string(at: 12),
-                userID: statement.optionalString(at: 13), traitsJSON: statement.string(at: 14),
-                createdAt: statement.double(at: 15))
+                id: row, anonymousID: statement.string(at: 12), userID: person.userID,
+                traitsJSON: person.traitsJSON, createdAt: statement.double(at: 15))
         }
     }
 }
@@ -78,8 +89,11 @@ extension Connection {
     /// order: a request's events as they were sent (positions are never
     /// reused, so nothing else can be in that range; events the retention
     /// bound deleted meanwhile are missing).
-    package func readEvents(from first: Int64, through last: Int64) throws -> [StoredEvent] {
-        try withStatement(
+    ///
+    /// An event whose values will not open is set aside in the dead letters
+    /// (``setAsideUndecryptable(_:now:)``) instead.
+    package func readEvents(from first: Int64, through last: Int64, now: Double) throws -> [StoredEvent] {
+        let (events, closed) = try withStatement(
             """
             SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
             WHERE e.seq BETWEEN ? AND ? ORDER BY e.seq
@@ -88,9 +102,18 @@ extension Connection {
             try statement.bind(first, at: 1)
             try statement.bind(last, at: 2)
             var events: [StoredEvent] = []
-            while try statement.step() { events.append(StoredEvent(statement)) }
-            return events
+            var closed: [Int64] = []
+            while try statement.step() {
+                if let event = StoredEvent(statement, on: self) {
+                    events.append(event)
+                } else {
+                    closed.append(statement.int64(at: 0))
+                }
+            }
+            return (events, closed)
         }
+        try setAsideUndecryptable(closed, now: now)
+        return events
     }
 
     /// Deletes dead letters beyond `maximumCount` (oldest first) and those
@@ -153,8 +176,8 @@ extension Connection {
                 """
             let rows = try withStatement(
                 """
-                SELECT seq, id, name, parameters, recorded_at, session_id, type, target, identity_id, context_id \
-                \(matching) ORDER BY seq LIMIT ?3
+                SELECT seq, id, name, parameters, recorded_at, session_id, type, target, identity_id, context_id, \
+                sealed \(matching) ORDER BY seq LIMIT ?3
                 """
             ) { statement in
                 if let status { try statement.bind(status, at: 1) } else { try statement.bindNull(at: 1) }
@@ -166,9 +189,16 @@ extension Connection {
                 try statement.bind(room == .max ? -1 : room, at: 3)
                 var rows: [StoredEvent] = []
                 while try statement.step() {
+                    let id = statement.string(at: 1)
+                    // One whose parameters still will not open stays a dead
+                    // letter: it is never sent as garbage.
+                    guard
+                        let parameters = openParameters(
+                            readable: statement.string(at: 3), sealed: statement.blob(at: 10), eventID: id)
+                    else { continue }
                     var row = StoredEvent(
-                        seq: statement.int64(at: 0), id: statement.string(at: 1), name: statement.string(at: 2),
-                        parametersJSON: statement.string(at: 3), recordedAt: statement.double(at: 4),
+                        seq: statement.int64(at: 0), id: id, name: statement.string(at: 2),
+                        parametersJSON: parameters, recordedAt: statement.double(at: 4),
                         sessionID: statement.optionalString(at: 5), priority: false)
                     row.type = statement.string(at: 6)
                     row.target = statement.optionalString(at: 7)
@@ -183,7 +213,8 @@ extension Connection {
             try withStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-                bytes_before, type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?, ?, ?, ?, ?)
+                bytes_before, type, target, identity_id, context_id, sealed) \
+                VALUES (?, ?, ?, ?, ?, ?, 0, 1, ?, ?, ?, ?, ?, ?)
                 """
             ) { statement in
                 for row in rows {
@@ -193,7 +224,9 @@ extension Connection {
                     try statement.bind(head, at: 1)
                     try statement.bind(row.id, at: 2)
                     try statement.bind(row.name, at: 3)
-                    try statement.bind(row.parametersJSON, at: 4)
+                    let sealed = try sealParameters(row.parametersJSON, eventID: row.id)
+                    try statement.bind(sealed == nil ? row.parametersJSON : Self.sealedJSON, at: 4)
+                    try statement.bindBlob(sealed, at: 12)
                     try statement.bind(row.recordedAt, at: 5)
                     try statement.bind(row.sessionID, at: 6)
                     try statement.bind(row.type, at: 8)

@@ -8,10 +8,14 @@ package struct ConnectionOptions: Sendable {
     /// How long a statement waits for another process's lock (an app
     /// extension sharing the file) before failing with `SQLITE_BUSY`.
     package var busyTimeoutMilliseconds: Int32 = 5_000
+    /// Seals the personal values of the rows this connection writes, and
+    /// opens them as it reads; nil writes and reads them as they are.
+    package var sealer: RowSealer?
 
-    package init(fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000) {
+    package init(fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000, sealer: RowSealer? = nil) {
         self.fullSynchronous = fullSynchronous
         self.busyTimeoutMilliseconds = busyTimeoutMilliseconds
+        self.sealer = sealer
     }
 }
 
@@ -23,6 +27,8 @@ package final class Connection {
     package let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
     private var isClosed = false
+    /// Seals and opens personal values (``ConnectionOptions/sealer``).
+    package let sealer: RowSealer?
 
     /// The largest a WAL file stays after it starts over: above the size at
     /// which the writer restarts it.
@@ -42,6 +48,7 @@ package final class Connection {
     ///   or overwritten.
     package init(path: String, options: ConnectionOptions) throws {
         self.path = path
+        self.sealer = options.sealer
         if path != Self.inMemoryPath {
             try Connection.createFileIfMissing(path)
         }
@@ -67,6 +74,7 @@ package final class Connection {
     /// salvage's reader of a damaged file, which must not write to it.
     package init(adopting handle: OpaquePointer, path: String) {
         self.path = path
+        self.sealer = nil
         self.handle = handle
         sqlite3_extended_result_codes(handle, 1)
     }

@@ -176,7 +176,7 @@ extension EventLog {
             let insert = try connection.cachedStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before, \
-                type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                type, target, identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
             // The message type and target, bound only when they change: the
@@ -201,7 +201,7 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
-                    try Pending.insert(group.baseAddress! + offset, as: seq, with: insert)
+                    try Pending.insert(group.baseAddress! + offset, as: seq, with: insert, sealer: connection.sealer)
                     if group[offset].record.addsToHistory { historyRows += 1 }
                 }
             }
@@ -269,6 +269,7 @@ extension EventLog {
 }
 
 extension EventLog.Pending {
+
     /// Binds the event at `pending` to the prepared insert and steps it (the
     /// caller binds its message type and target). The id is formatted on the
     /// stack and every text is bound without a copy: all of it stays valid
@@ -277,7 +278,12 @@ extension EventLog.Pending {
     /// Static, on a pointer into the group: a method called on an element
     /// would run on a copy of it (a retain and release of each of its
     /// strings and its stamps).
-    static func insert(_ pending: UnsafePointer<Self>, as seq: Int64, with insert: Statement) throws {
+    ///
+    /// With a sealer, the parameters are sealed for the event's id into
+    /// `sealed`, and `parameters` holds JSON `null`.
+    static func insert(
+        _ pending: UnsafePointer<Self>, as seq: Int64, with insert: Statement, sealer: RowSealer?
+    ) throws {
         let milliseconds = pending.pointee.milliseconds
         let random = pending.pointee.random
         try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
@@ -286,7 +292,13 @@ extension EventLog.Pending {
                     try insert.bind(seq, at: 1)
                     try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
                     try insert.bindTextNoCopy(name, at: 3)
-                    try insert.bindTextNoCopy(json, at: 4)
+                    if let sealer {
+                        try insert.bindBlob(
+                            sealer.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id))), at: 13)
+                        try insert.bind(Connection.sealedJSON, at: 4)
+                    } else {
+                        try insert.bindTextNoCopy(json, at: 4)
+                    }
                     try insert.bind(pending.pointee.record.recordedAt, at: 5)
                     try insert.bind(pending.pointee.record.priority, at: 7)
                     if pending.pointee.record.sessionID == nil {

@@ -43,7 +43,7 @@ package struct StoredEvent: Sendable, Hashable {
     /// The columns `init(_:)` reads, in order, from ``fromEvents``.
     package static let columns = """
         e.seq, e.id, e.name, e.parameters, e.recorded_at, e.session_id, e.priority, e.uploader_only, e.type, \
-        e.target, e.context_id, i.id, i.anonymous_id, i.user_id, i.traits, i.created_at
+        e.target, e.context_id, i.id, i.anonymous_id, i.user_id, i.traits, i.created_at, e.sealed, i.sealed
         """
     /// The log joined with each event's identity.
     package static let fromEvents = "FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id"

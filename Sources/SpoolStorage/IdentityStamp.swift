@@ -241,25 +241,47 @@ final class MessageFields: Sendable {
 extension Connection {
     /// The identity in force on this file: the latest change, by when it was
     /// made (`created_at`), the highest id breaking a tie.
+    ///
+    /// One whose user id and traits will not open (sealed with a key the
+    /// provider no longer has) is reported, and replaced by a row with its
+    /// anonymous id alone, sealed with the current key: events recorded
+    /// from now on are not stamped with a row that cannot be read.
     package func identityInForce() throws -> IdentityRow? {
-        try identity("ORDER BY created_at DESC, id DESC")
+        guard let (row, opened) = try identity("ORDER BY created_at DESC, id DESC") else { return nil }
+        if opened { return row }
+        return try insertIdentity(
+            anonymousID: row.anonymousID, userID: nil, traitsJSON: "{}", createdAt: row.createdAt)
     }
 
     /// The first row written since the last erasure: the anonymous identity
     /// the erasure left (ids are never reused, so the lowest is the oldest).
     package func identityLeftByErasure() throws -> IdentityRow? {
-        try identity("ORDER BY id")
+        try identity("ORDER BY id")?.row
     }
 
-    private func identity(_ order: StaticString) throws -> IdentityRow? {
+    /// The row first in `order`, its user id and traits opened. One that
+    /// will not open reads as its anonymous id alone (`opened` false), and
+    /// is reported.
+    private func identity(_ order: StaticString) throws -> (row: IdentityRow, opened: Bool)? {
         try withStatement(
-            "SELECT id, anonymous_id, user_id, traits, created_at FROM identities \(order) LIMIT 1"
+            "SELECT id, anonymous_id, user_id, traits, created_at, sealed FROM identities \(order) LIMIT 1"
         ) { statement in
             guard try statement.step() else { return nil }
-            return IdentityRow(
-                id: statement.int64(at: 0), anonymousID: statement.string(at: 1),
-                userID: statement.optionalString(at: 2), traitsJSON: statement.string(at: 3),
+            let id = statement.int64(at: 0)
+            var person = (userID: statement.optionalString(at: 2), traitsJSON: statement.string(at: 3))
+            var opened = true
+            if let sealed = statement.blob(at: 5) {
+                if let open = openIdentity(sealed, row: id) {
+                    person = open
+                } else {
+                    (person, opened) = ((nil, "{}"), false)
+                    sealer?.reportUndecryptable(1)
+                }
+            }
+            let row = IdentityRow(
+                id: id, anonymousID: statement.string(at: 1), userID: person.userID, traitsJSON: person.traitsJSON,
                 createdAt: statement.double(at: 4))
+            return (row, opened)
         }
     }
 
@@ -275,36 +297,65 @@ extension Connection {
         }
     }
 
+    /// Writes an identity row; with a sealer, its user id and traits are
+    /// sealed for the row's id (a second statement, once the id is known).
     package func insertIdentity(anonymousID: String, userID: String?, traitsJSON: String, createdAt: Double) throws
         -> IdentityRow
     {
-        try withStatement(
-            "INSERT INTO identities (anonymous_id, user_id, traits, created_at) VALUES (?, ?, ?, ?)"
-        ) { statement in
-            try statement.bind(anonymousID, at: 1)
-            try statement.bind(userID, at: 2)
-            try statement.bind(traitsJSON, at: 3)
-            try statement.bind(createdAt, at: 4)
-            try statement.step()
+        try transaction {
+            try withStatement(
+                "INSERT INTO identities (anonymous_id, user_id, traits, created_at) VALUES (?, ?, ?, ?)"
+            ) { statement in
+                try statement.bind(anonymousID, at: 1)
+                try statement.bind(sealer == nil ? userID : nil, at: 2)
+                try statement.bind(sealer == nil ? traitsJSON : Self.sealedJSON, at: 3)
+                try statement.bind(createdAt, at: 4)
+                try statement.step()
+            }
+            let id = lastInsertRowID
+            if let sealed = try sealIdentity(userID: userID, traitsJSON: traitsJSON, row: id) {
+                try seal(sealed, table: .identities, row: id)
+            }
+            return IdentityRow(
+                id: id, anonymousID: anonymousID, userID: userID, traitsJSON: traitsJSON, createdAt: createdAt)
         }
-        return IdentityRow(
-            id: lastInsertRowID, anonymousID: anonymousID, userID: userID, traitsJSON: traitsJSON,
-            createdAt: createdAt)
     }
 
     /// The id of the `contexts` row holding `json`, inserted if none does.
+    /// With a sealer, only the newest row is compared (opened), and a new
+    /// one is sealed for its id.
     package func contextRow(json: String, createdAt: Double) throws -> Int64 {
-        let existing = try withStatement("SELECT id FROM contexts WHERE context = ? ORDER BY id DESC LIMIT 1") {
-            statement -> Int64? in
-            try statement.bind(json, at: 1)
-            return try statement.step() ? statement.int64(at: 0) : nil
+        if let sealer {
+            let newest = try withStatement("SELECT id, sealed FROM contexts ORDER BY id DESC LIMIT 1") {
+                statement -> Int64? in
+                guard try statement.step(), let sealed = statement.blob(at: 1) else { return nil }
+                let id = statement.int64(at: 0)
+                let opened = sealer.open(sealed, for: .context(id))
+                return opened.map { $0.elementsEqual(json.utf8) } == true ? id : nil
+            }
+            if let newest { return newest }
+        } else {
+            let existing = try withStatement("SELECT id FROM contexts WHERE context = ? ORDER BY id DESC LIMIT 1") {
+                statement -> Int64? in
+                try statement.bind(json, at: 1)
+                return try statement.step() ? statement.int64(at: 0) : nil
+            }
+            if let existing { return existing }
         }
-        if let existing { return existing }
-        try withStatement("INSERT INTO contexts (context, created_at) VALUES (?, ?)") { statement in
-            try statement.bind(json, at: 1)
-            try statement.bind(createdAt, at: 2)
-            try statement.step()
+        return try transaction {
+            try withStatement("INSERT INTO contexts (context, created_at) VALUES (?, ?)") { statement in
+                try statement.bind(sealer == nil ? json : Self.sealedJSON, at: 1)
+                try statement.bind(createdAt, at: 2)
+                try statement.step()
+            }
+            let id = lastInsertRowID
+            if let sealer {
+                let sealed = try withUTF8Bytes(of: json) {
+                    try sealer.seal(UnsafeRawBufferPointer($0), for: .context(id))
+                }
+                try seal(sealed, table: .contexts, row: id)
+            }
+            return id
         }
-        return lastInsertRowID
     }
 }

@@ -9,7 +9,7 @@ extension SalvageCopy {
             """
             INSERT OR IGNORE INTO dead_letters \
             (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at, type, target, \
-            identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         defer { insert.reset() }
         return try reader.scan(
@@ -19,11 +19,13 @@ extension SalvageCopy {
                 typeof(id) = 'text' AND typeof(name) = 'text' AND typeof(parameters) = 'text' \
                 AND typeof(recorded_at) IN ('real', 'integer') AND typeof(session_id) IN ('text', 'null') \
                 AND typeof(status) IN ('integer', 'null') AND typeof(reason) = 'text' \
-                AND typeof(failed_at) IN ('real', 'integer') AND seq = rowid, \(messageColumns("dead_letters"))
+                AND typeof(failed_at) IN ('real', 'integer') AND seq = rowid, \(messageColumns("dead_letters")), \
+                \(sealedColumn("dead_letters"))
                 """
         ) { source in
             guard source.int64(at: 10) == 1 else { return false }
             try bindMessageColumns(from: source, at: 11, to: insert, at: 10)
+            try insert.bindBlob(source.blob(at: 15).map(Array.init), at: 14)
             try insert.bind(source.int64(at: 1), at: 1)
             for column: Int32 in 2...4 { try insert.bindText(source.bytes(at: column), at: column) }
             try insert.bind(source.double(at: 5), at: 5)
@@ -51,6 +53,12 @@ extension SalvageCopy {
             CASE WHEN type IN ('track', 'screen', 'identify', 'group', 'alias') THEN type ELSE 'track' END, \
             target, identity_id, context_id
             """
+    }
+
+    /// The `sealed` column of `table` as the damaged file has it: a blob,
+    /// or NULL (also for a file from before values were sealed).
+    func sealedColumn(_ table: String) -> String {
+        (reader.columns[table] ?? []).contains("sealed") ? "CASE WHEN typeof(sealed) = 'blob' THEN sealed END" : "NULL"
     }
 
     /// Binds the four ``messageColumns(_:)`` read at `first` as they are.

@@ -44,7 +44,8 @@ struct SalvageCopy {
             """
             CREATE TEMP TABLE salvaged_events (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, name TEXT NOT NULL, \
             parameters TEXT NOT NULL, recorded_at REAL NOT NULL, session_id TEXT, priority INTEGER NOT NULL, \
-            uploader_only INTEGER NOT NULL, type TEXT NOT NULL, target TEXT, identity_id INTEGER, context_id INTEGER)
+            uploader_only INTEGER NOT NULL, type TEXT NOT NULL, target TEXT, identity_id INTEGER, context_id INTEGER, \
+            sealed BLOB)
             """)
         defer {
             // try?: the temporary table goes with the connection anyway.
@@ -80,15 +81,17 @@ struct SalvageCopy {
         try batched { row in try moveEvents(base: head - Int64(recoveredEvents), row: row) }
         try fresh.transaction {
             // What the byte bound counts (migration 0007): the bytes before
-            // each recovered event, and the bytes of them all.
+            // each recovered event, and the bytes of them all. Sealed
+            // parameters count as their ciphertext with its key id (the
+            // value less its fixed 30 bytes of format, nonce and tag).
+            let bytes = "length(CAST(name AS BLOB)) + coalesce(length(sealed) - 30, length(CAST(parameters AS BLOB)))"
             try fresh.execute(
                 """
                 UPDATE events SET bytes_before = running.before \
-                FROM (SELECT seq, coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))) \
+                FROM (SELECT seq, coalesce(sum(\(bytes)) \
                 OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before \
                 FROM events) AS running WHERE running.seq = events.seq;
-                UPDATE log_head SET bytes_total = \
-                (SELECT coalesce(sum(length(CAST(name AS BLOB)) + length(CAST(parameters AS BLOB))), 0) FROM events)
+                UPDATE log_head SET bytes_total = (SELECT coalesce(sum(\(bytes)), 0) FROM events)
                 """)
             // The erasure count (migration 0009), which other processes
             // compare with the one they know: unread, they see it move on.
@@ -130,10 +133,14 @@ struct SalvageCopy {
     private func copyEvents(row: () throws -> Void) throws -> SalvageSource.Scan {
         // Files from before migration 0006 have no uploader_only column.
         let uploaderOnly = (reader.columns["events"] ?? []).contains("uploader_only") ? "uploader_only" : "0"
+        // Sealed parameters are copied sealed: they open with the event's
+        // id, which the copy keeps.
+        let sealed = sealedColumn("events")
         let valid = """
             typeof(id) = 'text' AND length(id) > 0 AND typeof(name) = 'text' AND length(name) > 0 \
             AND CASE WHEN typeof(parameters) = 'text' AND json_valid(parameters) \
-            THEN json_type(parameters) = 'object' ELSE 0 END \
+            THEN json_type(parameters) = 'object' OR (json_type(parameters) = 'null' AND typeof(\(sealed)) = 'blob') \
+            ELSE 0 END \
             AND typeof(recorded_at) IN ('real', 'integer') AND typeof(session_id) IN ('text', 'null') \
             AND priority IN (0, 1) AND \(uploaderOnly) IN (0, 1) AND seq = rowid
             """
@@ -141,18 +148,19 @@ struct SalvageCopy {
             """
             INSERT INTO temp.salvaged_events \
             (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, type, target, \
-            identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         defer { insert.reset() }
         let scan = try reader.scan(
             "events",
             select: """
                 seq, id, name, parameters, recorded_at, session_id, priority, \(uploaderOnly), \(valid), \
-                \(messageColumns("events"))
+                \(messageColumns("events")), \(sealed)
                 """
         ) { source in
             guard source.int64(at: 9) == 1 else { return false }
             try bindMessageColumns(from: source, at: 10, to: insert, at: 9)
+            try insert.bindBlob(source.blob(at: 14).map(Array.init), at: 13)
             try insert.bind(source.int64(at: 1), at: 1)
             try insert.bindText(source.bytes(at: 2), at: 2)
             try insert.bindText(source.bytes(at: 3), at: 3)
@@ -198,9 +206,9 @@ struct SalvageCopy {
         let insert = try fresh.cachedStatement(
             """
             INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-            type, target, identity_id, context_id) \
+            type, target, identity_id, context_id, sealed) \
             SELECT ?, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-            type, target, identity_id, context_id FROM temp.salvaged_events WHERE seq = ?
+            type, target, identity_id, context_id, sealed FROM temp.salvaged_events WHERE seq = ?
             """)
         defer { insert.reset() }
         var next = base

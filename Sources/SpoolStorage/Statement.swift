@@ -89,6 +89,13 @@ package final class Statement {
         try check(spool_bind_text(handle, index, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), length))
     }
 
+    /// Binds bytes as a blob (SQLite copies them), or NULL for nil.
+    package func bindBlob(_ bytes: [UInt8]?, at index: Int32) throws {
+        guard let bytes else { return try bindNull(at: index) }
+        guard let length = Int32(exactly: bytes.count) else { throw connection.error(SQLITE_TOOBIG, sql: sql) }
+        try bytes.withUnsafeBytes { try check(spool_bind_blob(handle, index, $0.baseAddress, length)) }
+    }
+
     package func bindNull(at index: Int32) throws {
         try check(sqlite3_bind_null(handle, index))
     }
@@ -142,6 +149,13 @@ package final class Statement {
         let text = sqlite3_column_text(handle, column)
         let count = Int(sqlite3_column_bytes(handle, column))
         return UnsafeRawBufferPointer(start: text, count: text == nil ? 0 : count)
+    }
+
+    /// A blob column's bytes without a copy, or nil when it is NULL. Valid
+    /// only until the statement steps, resets or is finalized.
+    package func blob(at column: Int32) -> UnsafeRawBufferPointer? {
+        guard let bytes = sqlite3_column_blob(handle, column) else { return nil }
+        return UnsafeRawBufferPointer(start: bytes, count: Int(sqlite3_column_bytes(handle, column)))
     }
 
     /// ``bytes(at:)``, or nil when the column is NULL.

@@ -9,6 +9,10 @@
 // --engine    The same through EventEngine.recordDurably, with a durable
 //             listener "crash" that prints "GOT <marker>" for each event it
 //             finishes; each event carries its marker in the "id" parameter.
+// --sealed   The same with encryption on (key "child", 32 bytes of 0x5A):
+//             identifies with RUN_TAG in the user id and traits, sets a context
+//             holding it, and records durably with RUN_TAG in each event's
+//             "secret" parameter, printing "ACK <n>" per commit.
 // --worker COLLECTOR_URL START_AT SECONDS
 //             Waits until START_AT (seconds since 1970), starts an uploading
 //             engine on the file (two workers start on a new file together),
@@ -88,6 +92,14 @@ func waitForStartTime(_ startAt: Double) async throws {
     if wait > 0 { try await Task.sleep(nanoseconds: UInt64(wait * 1e9)) }
 }
 
+/// The `--sealed` mode's key: the tests open its files with the same one.
+struct ChildKey: EncryptionKeyProvider {
+    func currentKey() throws -> EncryptionKey {
+        try EncryptionKey(id: "child", bytes: [UInt8](repeating: 0x5A, count: 32))
+    }
+    func key(withID id: String) throws -> EncryptionKey? { id == "child" ? try currentKey() : nil }
+}
+
 final class Printer: EventListener {
     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
         if let id = parameters["id"]?.stringValue { emit("GOT \(id)") }
@@ -116,6 +128,21 @@ case "--engine":
         let marker = "\(tag)-\(counter)"
         _ = try await engine.recordDurably("crash_event", parameters: ["id": .string(marker), "n": .int(counter)])
         emit("ACK \(marker)")
+    }
+
+case "--sealed":
+    var configuration = EngineConfiguration(database: .file(url), maximumRetainedEvents: nil)
+    configuration.encryption = .aesGCM(keyProvider: ChildKey())
+    let engine = EventEngine(configuration: configuration)
+    try await engine.start()
+    try engine.identify(userId: "user-\(tag)", traits: ["note": .string("trait-\(tag)")])
+    try engine.setContext(EventContext(custom: ["note": .string("context-\(tag)")]))
+    emit("READY")
+    var counter = 0
+    while true {
+        counter += 1
+        _ = try await engine.recordDurably("sealed_event", parameters: ["secret": .string("\(tag)-\(counter)")])
+        emit("ACK \(counter)")
     }
 
 case "--worker":

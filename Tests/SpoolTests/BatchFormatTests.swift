@@ -22,7 +22,7 @@ struct BatchFormatTests {
         async throws -> UploadBatch.Read?
     {
         try await engine.query {
-            try UploadBatch.read(after: 0, limit: limit, format: format, maximumBytes: maximumBytes, from: $0)
+            try UploadBatch.read(after: 0, limit: limit, format: format, maximumBytes: maximumBytes, now: 0, from: $0)
         }
     }
 
@@ -38,7 +38,7 @@ struct BatchFormatTests {
 
     /// The stored parameters of each event, as text.
     func storedParameters(_ engine: EventEngine) async throws -> [String] {
-        try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.parametersJSON) }
+        try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.parametersJSON) }
     }
 
     // MARK: - Bodies
@@ -207,7 +207,7 @@ struct BatchFormatTests {
         var sizes: [Int] = []
         var oversized: [Int] = []
         while let read = try await engine.query({ [position] in
-            try UploadBatch.read(after: position, limit: 100, format: format, from: $0)
+            try UploadBatch.read(after: position, limit: 100, format: format, now: 0, from: $0)
         }) {
             switch read {
             case .batch(let batch):

@@ -29,7 +29,7 @@ struct CollectorBoundaryAdversaryTests {
         try await engine.start()
         _ = try recordEvents(engine, count, prefix: prefix, parameters: parameters)
         try await engine.settle()
-        let ids = try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.id) }
+        let ids = try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.id) }
         await engine.close()
         return ids
     }

@@ -39,7 +39,7 @@ struct CrashTests {
         let connection = try Connection(path: path, options: ConnectionOptions())
         defer { connection.close() }
         #expect(try connection.scalarString("PRAGMA integrity_check") == "ok")
-        let events = try connection.readEvents(after: 0, limit: .max)
+        let events = try connection.readEvents(after: 0, limit: .max, now: 0)
         var seqByID: [String: [Int64]] = [:]
         for event in events { seqByID[event.id, default: []].append(event.seq) }
 

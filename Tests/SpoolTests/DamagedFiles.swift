@@ -44,7 +44,7 @@ enum DamagedFiles {
         let pad = EventValue.string(String(repeating: "p", count: padding))
         for index in 0..<count { try engine.record("queued", parameters: ["i": .int(index), "pad": pad]) }
         try await engine.settle()
-        let ids = try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.id) }
+        let ids = try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.id) }
         await engine.close()
         #expect(ids.count == count + 1)
         return ids

@@ -109,7 +109,7 @@ struct EngineLifecycleTests {
             Issue.record("\(outcome)")
             return
         }
-        let ids = try await engine.query { try $0.readEvents(after: 0, limit: 10).map(\.id) }
+        let ids = try await engine.query { try $0.readEvents(after: 0, limit: 10, now: 0).map(\.id) }
         #expect(ids.contains(earlyID) && ids.contains(lateID))
         engine.setConsent(false)
         #expect(try await engine.recordDurably("gated") == .droppedOptedOut)
@@ -151,7 +151,7 @@ struct EngineLifecycleTests {
         }
         let reopened = try DatabaseQueue(path: directory.databaseURL.path)
         defer { reopened.close() }
-        let stored = try reopened.sync { try $0.readEvents(after: 0, limit: 10) }
+        let stored = try reopened.sync { try $0.readEvents(after: 0, limit: 10, now: 0) }
         #expect(stored.contains { $0.id == id && $0.sessionID == nil })
     }
 
@@ -222,7 +222,10 @@ struct EngineLifecycleTests {
         // And what it recorded is on disk.
         let reopened = try DatabaseQueue(path: directory.databaseURL.path)
         defer { reopened.close() }
-        #expect(try reopened.sync { try $0.readEvents(after: 0, limit: 10).map(\.name) } == ["session_start", "one"])
+        #expect(
+            try reopened.sync { try $0.readEvents(after: 0, limit: 10, now: 0).map(\.name) } == [
+                "session_start", "one",
+            ])
     }
 
     @Test(

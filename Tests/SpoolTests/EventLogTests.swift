@@ -16,7 +16,7 @@ struct EventLogTests {
         // Reopen: everything is there, in order, ids intact.
         let reopened = try DatabaseQueue(path: directory.databaseURL.path)
         defer { reopened.close() }
-        let events = try reopened.sync { try $0.readEvents(after: 0, limit: 10_000) }
+        let events = try reopened.sync { try $0.readEvents(after: 0, limit: 10_000, now: 0) }
         #expect(events.map(\.id) == receipts.map(\.id))
         #expect(events.map(\.seq) == Array(1...500))
         #expect(Set(events.map(\.id)).count == 500)

@@ -26,7 +26,7 @@ struct GoldenBodyTests {
     /// with placeholders.
     func body(_ engine: EventEngine, _ format: some BatchFormat) async throws -> String {
         let read = try await engine.query {
-            try UploadBatch.read(after: 0, limit: 100, format: format, maximumBytes: .max, from: $0)
+            try UploadBatch.read(after: 0, limit: 100, format: format, maximumBytes: .max, now: 0, from: $0)
         }
         guard case .batch(let batch)? = read else { throw SpoolError.invalidConfiguration("no batch") }
         let identity = try await engine.identity()

@@ -91,7 +91,7 @@ struct IdentityTests {
         #expect(after.anonymousId == new.anonymousId && after.userId == nil)
         // Read back from the file, each event references its own row.
         let rows = try await engine.query { connection in
-            try connection.readEvents(after: 0, limit: 100).map { ($0.name, $0.identity?.anonymousID) }
+            try connection.readEvents(after: 0, limit: 100, now: 0).map { ($0.name, $0.identity?.anonymousID) }
         }
         #expect(rows.first { $0.0 == "before_reset" }?.1 == old.anonymousId)
         #expect(rows.first { $0.0 == "after_reset" }?.1 == new.anonymousId)
@@ -110,7 +110,7 @@ struct IdentityTests {
         try await engine.start()
         try await engine.settle()
         let rows = try await engine.query { connection in
-            try connection.readEvents(after: 0, limit: 20).map {
+            try connection.readEvents(after: 0, limit: 20, now: 0).map {
                 [$0.name, $0.identity?.userID ?? "-", $0.identity?.anonymousID ?? "-"]
             }
         }

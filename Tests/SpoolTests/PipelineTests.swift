@@ -11,7 +11,7 @@ struct PipelineTests {
     /// stored.
     static func stored(_ engine: EventEngine) async throws -> [(name: String, type: String, parameters: String)] {
         try await engine.query { connection in
-            try connection.readEvents(after: 0, limit: 1_000)
+            try connection.readEvents(after: 0, limit: 1_000, now: 0)
                 .filter { $0.name != EventEngine.sessionStartEventName }
                 .map { ($0.name, $0.type, $0.parametersJSON) }
         }
@@ -112,7 +112,9 @@ struct PipelineTests {
         try engine.record("crash")
         #expect(throws: SpoolError.self, "an empty name is invalid whoever set it") { try engine.record("rename_me") }
         try await engine.settle()
-        let all = try await engine.query { try $0.readEvents(after: 0, limit: 10).map { ($0.name, $0.parametersJSON) } }
+        let all = try await engine.query {
+            try $0.readEvents(after: 0, limit: 10, now: 0).map { ($0.name, $0.parametersJSON) }
+        }
         #expect(all.map(\.0) == [EventEngine.sessionStartEventName, "crash"])
         #expect(all.last?.1 == #"{"stamped":true}"#)
         #expect(all.first?.1 == "{}")
@@ -162,7 +164,7 @@ struct PipelineTests {
         try engine.record("tapped")
         try await engine.settle()
         let rows = try await engine.query { connection in
-            try connection.readEvents(after: 0, limit: 10).dropFirst().map {
+            try connection.readEvents(after: 0, limit: 10, now: 0).dropFirst().map {
                 ($0.type, $0.name, $0.target, $0.identity?.userID, $0.parametersJSON)
             }
         }

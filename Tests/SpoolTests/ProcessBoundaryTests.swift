@@ -177,7 +177,7 @@ struct ProcessBoundaryTests {
         let connection = try Connection(path: path, options: ConnectionOptions())
         defer { connection.close() }
         var stored: [String: Int] = [:]
-        for event in try connection.readEvents(after: 0, limit: .max) {
+        for event in try connection.readEvents(after: 0, limit: .max, now: 0) {
             let marker = EventValue.parameters(fromJSON: event.parametersJSON)["id"]?.stringValue ?? ""
             stored[marker, default: 0] += 1
         }
@@ -278,7 +278,7 @@ struct ProcessBoundaryTests {
         let counts = engine.diagnosticCounts
         #expect((counts.occurrences[.commitFailed] ?? 0) > 0 && (counts.occurrences[.commitRecovered] ?? 0) > 0)
         let stored = try await engine.query { connection in
-            try connection.readEvents(after: 0, limit: .max).map {
+            try connection.readEvents(after: 0, limit: .max, now: 0).map {
                 EventValue.parameters(fromJSON: $0.parametersJSON)["id"]?.stringValue ?? ""
             }
         }

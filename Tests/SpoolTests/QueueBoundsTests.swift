@@ -38,7 +38,7 @@ struct QueueBoundsTests {
         try await engine.settle()
         let bytes = try await Self.queuedBytes(engine)
         #expect(bytes <= 20_000 && bytes > 19_000, "\(bytes) bytes queued")
-        let kept = try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.id) }
+        let kept = try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.id) }
         #expect(kept == Array(ids.suffix(kept.count)), "the newest are kept, in order")
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.droppedOverBytes == 201 - kept.count)
@@ -70,7 +70,7 @@ struct QueueBoundsTests {
         try await engine.start()
         let fresh = try recordEvents(engine, 5, prefix: "fresh")
         try await engine.settle()
-        let kept = try await engine.query { try $0.readEvents(after: 0, limit: .max).map(\.id) }
+        let kept = try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.id) }
         #expect(Set(kept).isDisjoint(with: old))
         #expect(Set(fresh).isSubset(of: kept))
         let statistics = try await engine.uploadStatistics()

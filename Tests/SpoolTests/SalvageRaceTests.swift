@@ -63,7 +63,7 @@ struct SalvageRaceTests {
                 do { try await engine.flush() } catch {}
             case .reader:
                 // A block on the database queue between the commits.
-                do { _ = try await engine.query { try $0.readEvents(after: 0, limit: .max) } } catch {}
+                do { _ = try await engine.query { try $0.readEvents(after: 0, limit: .max, now: 0) } } catch {}
             case .durableListener: break  // its catch-up from start() reads the page
             }
             if timing == .during { _ = try await recording.value }
@@ -71,9 +71,10 @@ struct SalvageRaceTests {
                 try await waitUntil(timeout: 30, interval: 0.01) { engine.salvageReport != nil }, "\(label): salvaged")
             let acknowledged = try await recording.value
             try await flushUntilDone(engine)
-            #expect(await collector.waitFor { requests in
-                Set(requests.flatMap(\.acceptedIDs)).isSuperset(of: acknowledged)
-            }, "\(label): every acknowledged event uploaded")
+            #expect(
+                await collector.waitFor { requests in
+                    Set(requests.flatMap(\.acceptedIDs)).isSuperset(of: acknowledged)
+                }, "\(label): every acknowledged event uploaded")
             let arrived = Set(collector.requests().flatMap(\.acceptedIDs))
             let report = try #require(engine.salvageReport)
             let statistics = try await engine.uploadStatistics()

@@ -26,7 +26,7 @@ struct SalvageReadingTests {
         defer { fresh.close() }
         let (stored, uploader, collectors) = try fresh.sync { connection in
             (
-                try connection.readEvents(after: 0, limit: .max),
+                try connection.readEvents(after: 0, limit: .max, now: 0),
                 try connection.scalarString("SELECT position || ' ' || dropped FROM consumers WHERE id = 'uploader'"),
                 try connection.scalarString("SELECT url || ' ' || gzip_refused_at FROM collectors")
             )
@@ -62,7 +62,9 @@ struct SalvageReadingTests {
         let engine = DamagedFiles.engine(directory, collector: collector)
         try await engine.start()
         #expect(engine.salvageReport == nil, "start() reads the ends of the log only: the page is not found yet")
-        let sessionStart = try await engine.query { try $0.readEvents(after: Int64(ids.count), limit: .max).map(\.id) }
+        let sessionStart = try await engine.query {
+            try $0.readEvents(after: Int64(ids.count), limit: .max, now: 0).map(\.id)
+        }
         try #require(sessionStart.count == 1, "this launch's session_start, committed past the damage")
         // The uploader's first read reaches the page; the flush that meets
         // it fails, and the file is salvaged on the database queue.
@@ -199,7 +201,9 @@ struct SalvageReadingTests {
         #expect(try await waitUntil(timeout: 30) { transport.gate.reached }, "the first batch read and held")
         // Another read reaches the page: the file is salvaged (positions
         // closed up) while the first batch is in flight.
-        await #expect(throws: SQLiteError.self) { try await engine.query { try $0.readEvents(after: 300, limit: 200) } }
+        await #expect(throws: SQLiteError.self) {
+            try await engine.query { try $0.readEvents(after: 300, limit: 200, now: 0) }
+        }
         #expect(try await waitUntil(timeout: 30) { engine.salvageReport != nil })
         transport.gate.open()
         _ = try? await flushing.value  // try?: the flush that held the batch fails (retryable); the next one settles it

@@ -334,7 +334,7 @@ extension EventEngine {
     }
 
     func storedNames() async throws -> [String] {
-        try await query { try $0.readEvents(after: 0, limit: .max).map(\.name) }
+        try await query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.name) }
     }
 }
 

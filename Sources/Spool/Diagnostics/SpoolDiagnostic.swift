@@ -115,6 +115,14 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// A middleware threw: the event was dropped, never stored, so a
         /// failing scrubber cannot let it through unscrubbed.
         case middlewareFailed
+        /// Sealed values would not open (``EngineConfiguration/encryption``:
+        /// the key provider no longer has their key, or their bytes were
+        /// changed or moved to another row). `eventCount` events moved to
+        /// the dead letters with reason `undecryptable`, still sealed, and
+        /// the queue goes on behind them; they are never sent as garbage.
+        /// An identity that would not open counts too (its events then
+        /// carry its anonymous id alone).
+        case undecryptableRows
     }
 
     /// What happened.

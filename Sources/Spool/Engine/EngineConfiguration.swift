@@ -200,6 +200,17 @@ public struct EngineConfiguration: Sendable {
     /// run only while the app does. See ``BackgroundTransfers``.
     public var backgroundTransfers: BackgroundTransfers?
 
+    /// Encryption at rest: events' parameters, identities and contexts
+    /// sealed with AES-256-GCM under the app's key; nil (the default): the
+    /// file holds them readable, protected by its file protection class.
+    /// See ``Encryption``.
+    public var encryption: Encryption?
+
+    /// The options every connection to the database opens with.
+    func connectionOptions(sealer: RowSealer?) -> ConnectionOptions {
+        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer)
+    }
+
     /// What tells the uploader whether a network path exists; nil: the
     /// platform's (`NWPathMonitor` on Apple platforms, none elsewhere).
     /// Tests set a ``ManualNetworkPath``.

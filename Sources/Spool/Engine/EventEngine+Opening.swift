@@ -24,7 +24,9 @@ extension EventEngine {
     /// blocking file I/O, which must hold neither the caller's executor
     /// (often the main actor) nor a thread of the cooperative pool (a few
     /// engines starting at once would hold them all).
-    static func openDatabase(_ configuration: EngineConfiguration) async throws -> OpenedDatabase {
+    static func openDatabase(_ configuration: EngineConfiguration, sealer: RowSealer?) async throws
+        -> OpenedDatabase
+    {
         // The result crosses threads under a lock: what the opening thread
         // built is then visible to the task that goes on with it.
         let opened = Protected<Result<OpenedDatabase, any Error>?>(nil)
@@ -36,7 +38,7 @@ extension EventEngine {
                 // and ignores one set before start().
                 recorded.wait()
                 Thread.current.name = "spool.open"
-                let result = Result { try SpoolError.bridging { try open(configuration) } }
+                let result = Result { try SpoolError.bridging { try open(configuration, sealer: sealer) } }
                 opened.withLock { $0 = result }
                 continuation.resume()
             }
@@ -50,8 +52,10 @@ extension EventEngine {
         return try result.get()
     }
 
-    private static func open(_ configuration: EngineConfiguration) throws -> OpenedDatabase {
-        let options = ConnectionOptions(fullSynchronous: configuration.synchronous == .full)
+    private static func open(_ configuration: EngineConfiguration, sealer: RowSealer?) throws -> OpenedDatabase {
+        // The current key first: without it nothing is opened or written.
+        try sealer?.refreshCurrentKey()
+        let options = configuration.connectionOptions(sealer: sealer)
         guard case .file(let url) = configuration.database else {
             let database = try DatabaseQueue(path: configuration.database.path, options: options)
             return OpenedDatabase(database: database, mark: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)
@@ -118,7 +122,14 @@ extension EventEngine {
     {
         let database = try DatabaseQueue(path: path, options: options)
         do {
-            let shape = try database.sync { try $0.logShape() }
+            let shape = try database.sync { connection in
+                if connection.sealer != nil {
+                    try connection.noteSealing(now: database.clock.now)
+                } else if try connection.holdsSealedRows() {
+                    throw SpoolError.sealedRowsWithoutEncryption(path: path)
+                }
+                return try connection.logShape()
+            }
             if shape.eventsPastHead {
                 throw StorageError.damaged(
                     path: path,

@@ -59,7 +59,7 @@ extension EventEngine {
     private func salvageInPlace(_ log: EventLog, mark: CommitMark?, reason: String) {
         let database = log.database
         let (path, date) = (database.path, Date())
-        let options = ConnectionOptions(fullSynchronous: configuration.synchronous == .full)
+        let options = configuration.connectionOptions(sealer: sealer)
         // The open lock: no other process opens (or salvages) the file meanwhile.
         mark?.mark.lock()
         defer { mark?.mark.unlock() }

@@ -82,7 +82,7 @@ extension EventEngine {
         }
         let configuration = self.configuration
         await configuration.startStep?(.opening)
-        let opened = try await Self.openDatabase(configuration)
+        let opened = try await Self.openDatabase(configuration, sealer: sealer)
         await configuration.startStep?(.opened)
         reportOpening(opened)
         let mark = opened.mark

@@ -51,6 +51,8 @@ public final class EventEngine: Sendable {
     let pipeline = Pipeline()
     /// This engine's name in the lease columns (the uploader's, durable listeners').
     let leaseOwner = LeaseOwner.make()
+    /// Seals and opens personal values (``EngineConfiguration/encryption``).
+    let sealer: RowSealer?
     /// Bit `n` is set when a priority event name is `n` UTF-8 bytes long
     /// (modulo 64): most names are not priority, and this answers for them
     /// without hashing the name.
@@ -204,6 +206,12 @@ public final class EventEngine: Sendable {
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
         let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
         diagnosticsCenter = diagnostics
+        sealer = configuration.encryption?.makeSealer()
+        sealer?.onUndecryptable { count in
+            diagnostics.report(
+                .undecryptableRows, eventCount: count,
+                "\(count) sealed values would not open: their events moved to the dead letters (reason undecryptable)")
+        }
         uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
         let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy = {
             state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }

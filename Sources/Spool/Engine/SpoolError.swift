@@ -83,6 +83,18 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// hold the user's data. Delete them, or call `eraseAllData()` again once
     /// they can be.
     case erasureIncomplete(paths: [String])
+    /// An ``EncryptionKey`` was made from bytes that are not an AES-256 key,
+    /// or with an id that is empty or too long.
+    case invalidEncryptionKey(String)
+    /// The ``EncryptionKeyProvider`` threw, or gave no usable key, when
+    /// ``EventEngine/start()`` or ``EventEngine/reencryptAll()`` asked it
+    /// for the current key (a Keychain locked before the first unlock, for
+    /// example). Nothing was written.
+    case encryptionKeyUnavailable(String)
+    /// The database holds sealed values and the engine has no
+    /// ``EngineConfiguration/encryption``: start it with the key provider
+    /// the file was written with. Nothing was changed.
+    case sealedRowsWithoutEncryption(path: String)
 
     /// A sentence for logs and alerts, naming the path or the event involved.
     public var description: String {
@@ -124,6 +136,12 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
         case .erasureIncomplete(let paths):
             return
                 "The database was erased, but \(paths.count) files set aside beside it could not be deleted and may still hold user data: \(paths.joined(separator: ", "))"
+        case .invalidEncryptionKey(let reason):
+            return "Not an encryption key: \(reason)"
+        case .encryptionKeyUnavailable(let reason):
+            return "The encryption key provider gave no current key: \(reason)"
+        case .sealedRowsWithoutEncryption(let path):
+            return "The database at \(path) holds encrypted values; configure the encryption it was written with"
         }
     }
 }
@@ -134,6 +152,12 @@ extension SpoolError {
     /// The storage layer's own failures as the public ones; SQLite's errors
     /// and everything else pass through unchanged.
     static func bridge(_ error: any Error) -> any Error {
+        if let sealing = error as? SealingError {
+            switch sealing {
+            case .keyUnavailable(let reason), .cipherFailed(let reason):
+                return SpoolError.encryptionKeyUnavailable(reason)
+            }
+        }
         guard let storage = error as? StorageError else { return error }
         switch storage {
         case .cannotOpen(let path, let reason): return SpoolError.cannotOpen(path: path, reason: reason)

@@ -68,7 +68,9 @@ extension DurableListeners {
             let after = state.deliveredThrough
             let page: [StoredEvent]
             do {
-                page = try log.database.sync { try $0.readEvents(after: after, limit: Self.catchUpPage) }
+                page = try log.database.sync {
+                    try $0.readEvents(after: after, limit: Self.catchUpPage, now: log.database.clock.now)
+                }
             } catch {
                 // The position stays: the next event (or attach) tries again.
                 diagnostics.report(

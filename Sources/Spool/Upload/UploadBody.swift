@@ -100,25 +100,25 @@ extension UploadBatch {
     /// format through the protocol.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, anyFormat format: any BatchFormat,
-        maximumBytes: Int = .max, from connection: Connection
+        maximumBytes: Int = .max, now: Double, from connection: Connection
     ) throws -> Read? {
         switch format {
         case let spool as SpoolBatchFormat:
             return try read(
                 after: position, through: last, limit: limit, format: spool, maximumBytes: maximumBytes,
-                from: connection)
+                now: now, from: connection)
         case let segment as SegmentBatchFormat:
             return try read(
                 after: position, through: last, limit: limit, format: segment, maximumBytes: maximumBytes,
-                from: connection)
+                now: now, from: connection)
         case let kafka as KafkaRESTBatchFormat:
             return try read(
                 after: position, through: last, limit: limit, format: kafka, maximumBytes: maximumBytes,
-                from: connection)
+                now: now, from: connection)
         default:
             return try read(
                 after: position, through: last, limit: limit, format: format, maximumBytes: maximumBytes,
-                from: connection)
+                now: now, from: connection)
         }
     }
 
@@ -127,7 +127,7 @@ extension UploadBatch {
     /// `maximumBytes` and `format`'s own limits. Nil when no event is there.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, format: some BatchFormat,
-        maximumBytes: Int = .max, from connection: Connection
+        maximumBytes: Int = .max, now: Double, from connection: Connection
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
@@ -142,7 +142,7 @@ extension UploadBatch {
         var lastID: [UInt8] = []  // reused: no allocation per event
         var ids: [UInt8] = [UInt8(ascii: "[")]
         ids.reserveCapacity(limit * 39 + 2)
-        try connection.forEachEventRow(after: position, limit: limit) { row in
+        try connection.forEachEventRow(after: position, limit: limit, now: now) { row in
             guard row.seq <= last else { return false }
             switch body.append(row) {
             case .added:

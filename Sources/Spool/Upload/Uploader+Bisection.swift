@@ -255,7 +255,7 @@ extension Uploader {
                 }
                 return (
                     try UploadBatch.read(
-                        after: position, through: last, limit: limit, anyFormat: format, from: connection),
+                        after: position, through: last, limit: limit, anyFormat: format, now: now, from: connection),
                     nil
                 )
             }

@@ -187,7 +187,9 @@ extension Uploader {
             return .heldElsewhere(lease)
         }
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
-        switch try UploadBatch.read(after: position, limit: settings.batchSize, anyFormat: format, from: connection) {
+        switch try UploadBatch.read(
+            after: position, limit: settings.batchSize, anyFormat: format, now: now, from: connection)
+        {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:

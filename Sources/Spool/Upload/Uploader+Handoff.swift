@@ -214,7 +214,7 @@ extension Uploader {
         guard
             case .batch(let read)? = try UploadBatch.read(
                 after: handoff.first - 1, through: handoff.last, limit: handoff.count, anyFormat: client.format,
-                from: connection)
+                now: log.database.clock.now, from: connection)
         else { return nil }
         return UploadBatch(
             body: read.body, positions: handoff.positions, firstID: read.firstID, lastID: read.lastID,

@@ -60,7 +60,7 @@ extension Uploader {
         let deadLettered = try log.database.onQueue { connection in
             try connection.transaction { () -> Int in
                 try connection.recordUploadBatches(records)
-                let read = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through)
+                let read = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through, now: now)
                 let letters = read.filter { rejected[$0.seq] != nil }
                 let byReason = Dictionary(grouping: letters) { letter in
                     rejected[letter.seq].map { "\($0.status ?? 0) \($0.reason)" } ?? ""

@@ -1,0 +1,61 @@
+import Foundation
+import SpoolStorage
+
+// MARK: - Re-sealing the backlog
+
+extension EventEngine {
+    /// How many rows one transaction of ``reencryptAll()`` seals again:
+    /// recording and uploads go on between them.
+    static let resealChunkRows = 256
+
+    /// Seals every stored value again with the key provider's current key:
+    /// the events, dead letters, identities and contexts sealed with an
+    /// older key, and those written readable before encryption was turned
+    /// on.
+    ///
+    /// The current key is asked of the provider first; values sealed from
+    /// then on use it. The backlog is sealed again in transactions of 256
+    /// rows, with SQLite's secure delete on, and the WAL is then
+    /// checkpointed, so the bytes replaced do not stay in the file. An
+    /// event whose value will not open moves to the dead letters with
+    /// reason `undecryptable` (``SpoolDiagnostic/Kind/undecryptableRows``).
+    ///
+    /// To rotate: make ``EncryptionKeyProvider/currentKey()`` return the
+    /// new key, call this, and drop the old key once it returns.
+    ///
+    /// - Throws: ``SpoolError/invalidConfiguration(_:)`` without
+    ///   ``EngineConfiguration/encryption``; ``SpoolError/notStarted``;
+    ///   ``SpoolError/encryptionKeyUnavailable(_:)`` when the provider
+    ///   gives no current key (nothing was changed).
+    public func reencryptAll() async throws -> ReencryptionReport {
+        guard let sealer else {
+            throw SpoolError.invalidConfiguration("reencryptAll() needs EngineConfiguration.encryption")
+        }
+        guard let log = state.withLock({ $0.isStarted ? $0.log : nil }) else { throw SpoolError.notStarted }
+        let keyID = try SpoolError.bridging { try sealer.refreshCurrentKey() }
+        let clock = configuration.clock
+        let counts = Protected((resealed: 0, undecryptable: 0))
+        try await SpoolError.bridgingAsync {
+            try await withDatabaseAwake {
+                for table in Connection.ResealedTable.allCases {
+                    var after = Int64.min
+                    while true {
+                        let start = after
+                        let chunk = try await log.database.run {
+                            try $0.resealChunk(table, after: start, limit: Self.resealChunkRows, now: clock.now)
+                        }
+                        counts.withLock {
+                            $0.resealed += chunk.resealed
+                            $0.undecryptable += chunk.undecryptable
+                        }
+                        guard let last = chunk.last else { break }
+                        after = last
+                    }
+                }
+                try await log.database.run { try $0.truncateWAL() }
+            }
+        }
+        let (resealed, undecryptable) = counts.withLock { ($0.resealed, $0.undecryptable) }
+        return ReencryptionReport(keyID: keyID, resealed: resealed, undecryptable: undecryptable)
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import SpoolStorage
+
+#if canImport(CryptoKit)
+    import CryptoKit
+    import Security
+#elseif canImport(CCrypto)
+    import CCrypto
+#endif
+
+/// AES-256-GCM and a secure random source from the platform: CryptoKit on
+/// Apple platforms, the system's libcrypto elsewhere. Calls only: what is
+/// sealed, with which nonce and associated data, is ``RowSealer``'s.
+struct SystemSealingCipher: SealingCipher {
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    func prepare(_ key: [UInt8]) throws -> any PreparedSealingKey {
+        #if canImport(CryptoKit)
+            return CryptoKitKey(key: SymmetricKey(data: key))
+        #elseif canImport(CCrypto)
+            return try LibcryptoKey(key)
+        #else
+            throw Failure(description: "no AES-GCM on this platform")
+        #endif
+    }
+
+    func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) throws {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        #if canImport(CryptoKit)
+            guard SecRandomCopyBytes(kSecRandomDefault, buffer.count, base) == errSecSuccess else {
+                throw Failure(description: "SecRandomCopyBytes failed")
+            }
+        #elseif canImport(CCrypto)
+            guard RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1 else {
+                throw Failure(description: "RAND_bytes failed")
+            }
+        #else
+            throw Failure(description: "no secure random source on this platform")
+        #endif
+    }
+}
+
+#if canImport(CryptoKit)
+    private struct CryptoKitKey: PreparedSealingKey {
+        let key: SymmetricKey
+
+        func seal(
+            nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer,
+            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+        ) throws {
+            let box = try AES.GCM.seal(
+                Data(plaintext), using: key, nonce: try AES.GCM.Nonce(data: Data(nonce)),
+                authenticating: Data(associatedData))
+            output.append(contentsOf: box.ciphertext)
+            output.append(contentsOf: box.tag)
+        }
+
+        func open(
+            nonce: UnsafeRawBufferPointer, ciphertext: UnsafeRawBufferPointer, tag: UnsafeRawBufferPointer,
+            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+        ) -> Bool {
+            do {
+                let box = try AES.GCM.SealedBox(
+                    nonce: try AES.GCM.Nonce(data: Data(nonce)), ciphertext: Data(ciphertext), tag: Data(tag))
+                output.append(contentsOf: try AES.GCM.open(box, using: key, authenticating: Data(associatedData)))
+                return true
+            } catch {
+                return false
+            }
+        }
+    }
+#elseif canImport(CCrypto)
+    /// One key's cipher contexts (the key schedule computed once), used
+    /// under a lock: a context is not safe to share between threads.
+    private final class LibcryptoKey: PreparedSealingKey, @unchecked Sendable {
+        // Safe: both contexts are only used while `lock` is held.
+        private let lock = NSLock()
+        private let sealing: OpaquePointer
+        private let opening: OpaquePointer
+
+        init(_ key: [UInt8]) throws {
+            guard let sealing = EVP_CIPHER_CTX_new(), let opening = EVP_CIPHER_CTX_new() else {
+                throw SystemSealingCipher.Failure(description: "EVP_CIPHER_CTX_new failed")
+            }
+            self.sealing = sealing
+            self.opening = opening
+            guard EVP_EncryptInit_ex(sealing, EVP_aes_256_gcm(), nil, key, nil) == 1,
+                EVP_DecryptInit_ex(opening, EVP_aes_256_gcm(), nil, key, nil) == 1
+            else { throw SystemSealingCipher.Failure(description: "EVP_aes_256_gcm init failed") }
+        }
+
+        deinit {
+            EVP_CIPHER_CTX_free(sealing)
+            EVP_CIPHER_CTX_free(opening)
+        }
+
+        func seal(
+            nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer,
+            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+        ) throws {
+            let start = output.count
+            output.append(contentsOf: repeatElement(0, count: plaintext.count + RowSealer.tagBytes))
+            let sealed = output.withUnsafeMutableBufferPointer { output in
+                lock.withLock {
+                    var written: Int32 = 0
+                    let out = output.baseAddress! + start
+                    return EVP_EncryptInit_ex(sealing, nil, nil, nil, nonce.bound) == 1
+                        && EVP_EncryptUpdate(sealing, nil, &written, associatedData.bound, associatedData.int32Count)
+                            == 1
+                        && EVP_EncryptUpdate(sealing, out, &written, plaintext.bound, plaintext.int32Count) == 1
+                        && EVP_EncryptFinal_ex(sealing, out + Int(written), &written) == 1
+                        && EVP_CIPHER_CTX_ctrl(
+                            sealing, EVP_CTRL_GCM_GET_TAG, Int32(RowSealer.tagBytes), out + plaintext.count) == 1
+                }
+            }
+            guard sealed else { throw SystemSealingCipher.Failure(description: "AES-GCM sealing failed") }
+        }
+
+        func open(
+            nonce: UnsafeRawBufferPointer, ciphertext: UnsafeRawBufferPointer, tag: UnsafeRawBufferPointer,
+            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+        ) -> Bool {
+            let start = output.count
+            // One byte more than the plaintext: room for a final block that
+            // GCM never writes, and never a zero-length buffer.
+            output.append(contentsOf: repeatElement(0, count: ciphertext.count + 1))
+            var tag = Array(tag)
+            let opened = output.withUnsafeMutableBufferPointer { output in
+                lock.withLock {
+                    var written: Int32 = 0
+                    let out = output.baseAddress! + start
+                    return EVP_DecryptInit_ex(opening, nil, nil, nil, nonce.bound) == 1
+                        && EVP_DecryptUpdate(opening, nil, &written, associatedData.bound, associatedData.int32Count)
+                            == 1
+                        && EVP_DecryptUpdate(opening, out, &written, ciphertext.bound, ciphertext.int32Count) == 1
+                        && EVP_CIPHER_CTX_ctrl(opening, EVP_CTRL_GCM_SET_TAG, Int32(RowSealer.tagBytes), &tag) == 1
+                        && EVP_DecryptFinal_ex(opening, out + Int(written), &written) > 0
+                }
+            }
+            output.removeLast(opened ? 1 : output.count - start)
+            return opened
+        }
+    }
+
+    extension UnsafeRawBufferPointer {
+        /// The bytes as libcrypto takes them (nil when empty, which
+        /// libcrypto does not read).
+        fileprivate var bound: UnsafePointer<UInt8>? { baseAddress?.assumingMemoryBound(to: UInt8.self) }
+
+        fileprivate var int32Count: Int32 { Int32(count) }
+    }
+#endif

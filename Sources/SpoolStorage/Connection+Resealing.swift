@@ -1,0 +1,124 @@
+import Foundation
+
+/// Sealing every value again with the current key (key rotation), and
+/// sealing the values written before encryption was turned on.
+extension Connection {
+    /// The tables whose values are sealed.
+    package enum ResealedTable: CaseIterable, Sendable {
+        case events, deadLetters, identities, contexts
+
+        /// The rows after a row id, in order: row id, the row's binding
+        /// (an event's id), its readable value (user id for an identity,
+        /// then its traits), and its sealed value.
+        var select: String {
+            switch self {
+            case .events:
+                "SELECT seq, id, NULL, parameters, sealed FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
+            case .deadLetters:
+                "SELECT seq, id, NULL, parameters, sealed FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
+            case .identities:
+                "SELECT id, NULL, user_id, traits, sealed FROM identities WHERE id > ? ORDER BY id LIMIT ?"
+            case .contexts:
+                "SELECT id, NULL, NULL, context, sealed FROM contexts WHERE id > ? ORDER BY id LIMIT ?"
+            }
+        }
+
+        var update: String {
+            switch self {
+            case .events: "UPDATE events SET parameters = 'null', sealed = ? WHERE seq = ?"
+            case .deadLetters: "UPDATE dead_letters SET parameters = 'null', sealed = ? WHERE seq = ?"
+            case .identities: "UPDATE identities SET user_id = NULL, traits = 'null', sealed = ? WHERE id = ?"
+            case .contexts: "UPDATE contexts SET context = 'null', sealed = ? WHERE id = ?"
+            }
+        }
+    }
+
+    /// What one ``resealChunk(_:after:limit:now:)`` did.
+    package struct ResealedChunk: Sendable {
+        /// The last row id looked at; nil when no row was left.
+        package var last: Int64?
+        package var resealed = 0
+        /// Rows whose value would not open: events are set aside in the
+        /// dead letters, other rows stay as they are.
+        package var undecryptable = 0
+    }
+
+    /// Seals again, with the current key, up to `limit` values of `table`
+    /// after row id `after` that are readable or sealed with another key;
+    /// in one transaction, with SQLite's secure delete on, so the bytes
+    /// they replace are overwritten in the file.
+    package func resealChunk(_ table: ResealedTable, after: Int64, limit: Int, now: Double) throws -> ResealedChunk {
+        guard let sealer, let current = sealer.currentKeyID else { return ResealedChunk() }
+        try execute("PRAGMA secure_delete = ON")
+        // try?: the setting only makes later deletes slower; nothing is lost.
+        defer { try? execute("PRAGMA secure_delete = OFF") }
+        return try transaction {
+            var chunk = ResealedChunk()
+            var sealed: [(row: Int64, value: [UInt8])] = []
+            var closed: [Int64] = []
+            try withStatement(table.select) { statement in
+                try statement.bind(after, at: 1)
+                try statement.bind(limit, at: 2)
+                while try statement.step() {
+                    let row = statement.int64(at: 0)
+                    chunk.last = row
+                    let old = statement.blob(at: 4)
+                    if let old, RowSealer.keyID(of: old) == current { continue }
+                    guard let value = try reseal(table, statement, row: row, old: old) else {
+                        closed.append(row)
+                        continue
+                    }
+                    sealed.append((row, value))
+                }
+            }
+            try withStatement(table.update) { update in
+                for (row, value) in sealed {
+                    try update.bindBlob(value, at: 1)
+                    try update.bind(row, at: 2)
+                    try update.step()
+                    update.resetKeepingBindings()
+                }
+            }
+            chunk.resealed = sealed.count
+            chunk.undecryptable = closed.count
+            if table == .events {
+                try setAsideUndecryptable(closed, now: now)
+            } else {
+                sealer.reportUndecryptable(closed.count)
+            }
+            return chunk
+        }
+    }
+
+    /// The value of the row `statement` stands on, sealed with the current
+    /// key; nil when its old sealed value will not open.
+    private func reseal(_ table: ResealedTable, _ statement: Statement, row: Int64, old: UnsafeRawBufferPointer?)
+        throws -> [UInt8]?
+    {
+        guard let sealer else { return nil }
+        switch table {
+        case .events, .deadLetters:
+            let id = statement.string(at: 1)
+            guard let json = openParameters(readable: statement.string(at: 3), sealed: old, eventID: id) else {
+                return nil
+            }
+            return try sealParameters(json, eventID: id)
+        case .identities:
+            var person = (userID: statement.optionalString(at: 2), traitsJSON: statement.string(at: 3))
+            if let old {
+                guard let opened = openIdentity(old, row: row) else { return nil }
+                person = opened
+            }
+            return try sealIdentity(userID: person.userID, traitsJSON: person.traitsJSON, row: row)
+        case .contexts:
+            let json: [UInt8]
+            if let old {
+                guard let opened = sealer.open(old, for: .context(row)) else { return nil }
+                json = opened
+            } else {
+                json = Array(statement.bytes(at: 3))
+            }
+            return try json.withUnsafeBytes { try sealer.seal($0, for: .context(row)) }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+
+/// Sealing and opening the personal values of rows with the connection's
+/// ``RowSealer`` (see the `sealed` columns in docs/SCHEMA.md).
+extension Connection {
+    /// What a readable column holds when its value is sealed: JSON `null`.
+    package static let sealedJSON = "null"
+
+    /// `json` sealed for the event `eventID`, or nil without a sealer.
+    package func sealParameters(_ json: String, eventID: String) throws -> [UInt8]? {
+        guard let sealer else { return nil }
+        return try withUTF8Bytes(of: json) { json in
+            try withUTF8Bytes(of: eventID) { id in
+                try sealer.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id)))
+            }
+        }
+    }
+
+    /// The parameters of the event `eventID`: `readable` when `sealed` is
+    /// nil, else `sealed` opened. Nil when it will not open.
+    package func openParameters(readable: String, sealed: UnsafeRawBufferPointer?, eventID: String) -> String? {
+        guard let sealed else { return readable }
+        guard let sealer else { return nil }
+        return withUTF8Bytes(of: eventID) { id in
+            sealer.open(sealed, for: .event(UnsafeRawBufferPointer(id))).map { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    // MARK: - Identities
+
+    /// An identity's user id and traits, as one sealed value: a byte that
+    /// says whether there is a user id, its length (4 bytes, big-endian) and
+    /// bytes, then the traits' JSON.
+    package func sealIdentity(userID: String?, traitsJSON: String, row: Int64) throws -> [UInt8]? {
+        guard let sealer else { return nil }
+        var plain: [UInt8] = [userID == nil ? 0 : 1]
+        let user = Array((userID ?? "").utf8)
+        withUnsafeBytes(of: UInt32(user.count).bigEndian) { plain.append(contentsOf: $0) }
+        plain.append(contentsOf: user)
+        plain.append(contentsOf: traitsJSON.utf8)
+        return try plain.withUnsafeBytes { try sealer.seal($0, for: .identity(row)) }
+    }
+
+    /// The user id and traits of the `identities` row `row` sealed in
+    /// `sealed`; nil when it will not open.
+    package func openIdentity(_ sealed: UnsafeRawBufferPointer, row: Int64) -> (userID: String?, traitsJSON: String)? {
+        guard let plain = sealer?.open(sealed, for: .identity(row)), plain.count >= 5 else { return nil }
+        let count = plain[1..<5].reduce(0) { $0 << 8 | Int($1) }
+        guard plain.count >= 5 + count else { return nil }
+        let user = plain[0] == 0 ? nil : String(decoding: plain[5..<(5 + count)], as: UTF8.self)
+        return (user, String(decoding: plain[(5 + count)...], as: UTF8.self))
+    }
+
+    /// The tables whose rows are sealed once their id is known.
+    package enum SealedTable {
+        case identities, contexts
+    }
+
+    /// Stores `sealed` as the `sealed` value of row `row` of `table`.
+    package func seal(_ sealed: [UInt8], table: SealedTable, row: Int64) throws {
+        let sql =
+            switch table {
+            case .identities: "UPDATE identities SET sealed = ? WHERE id = ?"
+            case .contexts: "UPDATE contexts SET sealed = ? WHERE id = ?"
+            }
+        try withStatement(sql) { statement in
+            try statement.bindBlob(sealed, at: 1)
+            try statement.bind(row, at: 2)
+            try statement.step()
+        }
+    }
+
+    // MARK: - Rows that will not open
+
+    /// Moves the events at `positions` to the dead letters with reason
+    /// `undecryptable`, as they are (still sealed), and deletes them from
+    /// the log, in one transaction: a value that will not open is neither
+    /// sent nor dropped. The sealer's handler hears how many moved.
+    package func setAsideUndecryptable(_ positions: [Int64], now: Double) throws {
+        guard !positions.isEmpty else { return }
+        var moved = 0
+        try transaction {
+            try withStatement(
+                """
+                INSERT OR REPLACE INTO dead_letters \
+                (seq, id, name, parameters, recorded_at, session_id, status, reason, failed_at, type, target, \
+                identity_id, context_id, sealed) \
+                SELECT seq, id, name, parameters, recorded_at, session_id, NULL, ?, ?, type, target, \
+                identity_id, context_id, sealed FROM events WHERE seq = ?
+                """
+            ) { copy in
+                try copy.bind(Self.undecryptableReason, at: 1)
+                try copy.bind(now, at: 2)
+                for position in positions {
+                    try copy.bind(position, at: 3)
+                    try copy.step()
+                    moved += changes
+                    copy.resetKeepingBindings()
+                }
+            }
+            try withStatement("DELETE FROM events WHERE seq = ?") { delete in
+                for position in positions {
+                    try delete.bind(position, at: 1)
+                    try delete.step()
+                    delete.resetKeepingBindings()
+                }
+            }
+        }
+        sealer?.reportUndecryptable(moved)
+    }
+
+    /// The reason of a dead letter whose values would not open.
+    package static let undecryptableReason = "undecryptable"
+
+    // MARK: - Sealed rows without a sealer
+
+    /// Notes that an engine with encryption opened the file.
+    package func noteSealing(now: Double) throws {
+        try withStatement("INSERT OR IGNORE INTO sealing (id, since) VALUES (1, ?)") { statement in
+            try statement.bind(now, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// Whether any row holds a sealed value. Looked for only when an engine
+    /// with encryption ever opened the file; the note goes once none is left.
+    package func holdsSealedRows() throws -> Bool {
+        guard try scalarInt("SELECT count(*) FROM sealing") > 0 else { return false }
+        let sealed = try scalarInt(
+            """
+            SELECT EXISTS (SELECT 1 FROM events WHERE sealed IS NOT NULL) \
+            OR EXISTS (SELECT 1 FROM dead_letters WHERE sealed IS NOT NULL) \
+            OR EXISTS (SELECT 1 FROM identities WHERE sealed IS NOT NULL) \
+            OR EXISTS (SELECT 1 FROM contexts WHERE sealed IS NOT NULL)
+            """)
+        if sealed == 0 { try execute("DELETE FROM sealing") }
+        return sealed != 0
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// Keys that change (P12), files and keys an engine must refuse (P13), and
+/// sealed values through a crash and a salvage (P10).
+@Suite(.needsChildProcesses)
+struct EncryptionKeyTests {
+    @Test(
+        "P12: after rotation old values open with their key while the provider returns it; reencryptAll seals everything with the new key, after which the old key is not needed"
+    )
+    func rotation() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let keys = try TestKeys("k1")
+        func engine() -> EventEngine {
+            var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 500)
+            configuration.encryption = .aesGCM(keyProvider: keys)
+            return EventEngine(configuration: configuration)
+        }
+        let first = engine()
+        try await first.start()
+        try first.identify(userId: "rotating", traits: ["plan": "pro"])
+        let before = try recordEvents(first, 4, prefix: "before")
+        try await first.settle()
+        await first.close()
+
+        try keys.makeCurrent("k2")
+        let second = engine()
+        try await second.start()
+        let after = try recordEvents(second, 4, prefix: "after")
+        try await second.settle()
+        #expect(Set(try await EncryptionTests.keyIDs(second, "events")) == ["k1", "k2"])
+        try await second.flush()
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: before + after), "k1's values open while it is there")
+
+        let queued = try recordEvents(second, 4, prefix: "queued")
+        try await second.settle()
+        try keys.makeCurrent("k3")
+        let report = try await second.reencryptAll()
+        #expect(report.keyID == "k3" && report.undecryptable == 0)
+        #expect(report.resealed >= 4 + 2, "the queued events, the identities, ...: \(report.resealed)")
+        for table in ["events", "identities"] {
+            #expect(Set(try await EncryptionTests.keyIDs(second, table)) == ["k3"], "\(table)")
+        }
+        #expect(try await second.reencryptAll().resealed == 0, "nothing left to seal again")
+        await second.close()
+
+        keys.forget("k1")
+        keys.forget("k2")
+        let third = engine()
+        try await third.start()
+        try await third.flush()
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: queued))
+        let bodies = collector.requests().map { String(decoding: $0.rawBody, as: UTF8.self) }.joined()
+        let identified = bodies.contains("rotating")
+        #expect(identified, "the identity sealed again opens")
+        #expect(try await third.query { try $0.deadLetterCount() } == 0)
+        await third.close()
+    }
+
+    @Test(
+        "P12: reencryptAll seals the values written before encryption was turned on, and leaves no byte of them in the db, -wal or -shm"
+    )
+    func sealingWhatWasReadable() async throws {
+        let directory = TemporaryDirectory()
+        let marker = "PLAINMARK\(UInt32.random(in: 1_000_000...9_999_999))"
+        let plain = try await startedEngine(directory)
+        try plain.identify(userId: "user-\(marker)")
+        for index in 0..<50 { try plain.record("plain", parameters: ["note": .string("\(marker)-\(index)")]) }
+        try await plain.settle()
+        await plain.close()
+        #expect(EncryptionTests.found(marker, directory.databaseURL) > 0)
+
+        let sealed = try await startedEngine(directory) {
+            $0.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
+        }
+        let report = try await sealed.reencryptAll()
+        #expect(report.resealed >= 51)
+        let stored = try await sealed.query { try $0.readEvents(after: 0, limit: .max, now: 0) }
+        #expect(stored.filter { $0.name == "plain" }.count == 50)
+        #expect(stored.contains { $0.parametersJSON.contains("\(marker)-49") }, "still readable through the engine")
+        await sealed.close()
+        #expect(
+            EncryptionTests.found(marker, directory.databaseURL) == 0,
+            "\(PrivacyTests.occurrences(of: marker, besides: directory.databaseURL))")
+    }
+
+    @Test(
+        "P13: a file holding sealed values is refused without encryption, and left as it was; a provider with no key fails start(); a key of the wrong size is refused"
+    )
+    func refusals() async throws {
+        let directory = TemporaryDirectory()
+        let sealed = try await startedEngine(directory) {
+            $0.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
+        }
+        _ = try recordEvents(sealed, 3)
+        try await sealed.settle()
+        await sealed.close()
+        let count = "SELECT count(*) FROM events"
+        let before = try DamagedFiles.cli(directory.databaseURL.path, count)
+
+        let plain = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
+        await #expect(throws: SpoolError.sealedRowsWithoutEncryption(path: directory.databaseURL.path)) {
+            try await plain.start()
+        }
+        #expect(try DamagedFiles.cli(directory.databaseURL.path, count) == before)
+        await #expect(throws: SpoolError.self) { _ = try await plain.reencryptAll() }
+
+        struct Locked: EncryptionKeyProvider {
+            struct KeychainLocked: Error {}
+            func currentKey() throws -> EncryptionKey { throw KeychainLocked() }
+            func key(withID id: String) throws -> EncryptionKey? { nil }
+        }
+        var configuration = EngineConfiguration(database: .file(directory.databaseURL))
+        configuration.encryption = .aesGCM(keyProvider: Locked())
+        let locked = EventEngine(configuration: configuration)
+        do {
+            try await locked.start()
+            Issue.record("started without a key")
+        } catch SpoolError.encryptionKeyUnavailable(let reason) {
+            #expect(reason.contains("KeychainLocked"))
+        }
+        #expect(throws: SpoolError.self) { try EncryptionKey(id: "short", bytes: [UInt8](repeating: 1, count: 16)) }
+        #expect(throws: SpoolError.self) { try EncryptionKey(id: "", bytes: [UInt8](repeating: 1, count: 32)) }
+
+        // With its key, the file opens and its events read in plaintext.
+        let reopened = try await startedEngine(directory) {
+            $0.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
+        }
+        #expect(try await reopened.storedNames().filter { $0.hasPrefix("e") } == ["e0", "e1", "e2"])
+        await reopened.close()
+    }
+
+    @Test(
+        "P10: killed mid-commit, then salvaged: the marker is in no byte of the db, -wal, -shm or the copy set aside, and every acknowledged event reaches the collector in plaintext"
+    )
+    func crashAndSalvage() async throws {
+        let directory = TemporaryDirectory()
+        let marker = "CRASHMARK\(UInt32.random(in: 1_000_000...9_999_999))"
+        let path = directory.databaseURL.path
+        let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
+        let (lines, killed) = try await runUntilKilled(
+            child, [path, marker, "--sealed"], milliseconds: 300, afterLine: "READY")
+        #expect(killed)
+        let acked = lines.compactMap { $0.hasPrefix("ACK ") ? Int($0.dropFirst(4)) : nil }
+        try #require(!acked.isEmpty, "\(lines)")
+        #expect(EncryptionTests.found(marker, directory.databaseURL) == 0, "after SIGKILL mid-commit")
+
+        // Events past the head: the next start salvages the file.
+        _ = try DamagedFiles.cli(path, "UPDATE log_head SET last_seq = 1")
+        let collector = try await TestCollector(directory)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 5_000)
+        configuration.database = .file(directory.databaseURL)
+        configuration.encryption = .aesGCM(keyProvider: ChildKeys())
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        let report = try #require(engine.salvageReport)
+        try await engine.flush()
+        let bodies = collector.requests().map { String(decoding: $0.rawBody, as: UTF8.self) }.joined()
+        let missing = acked.filter { !bodies.contains("\"\(marker)-\($0)\"") }
+        #expect(missing.isEmpty, "acknowledged, not received in plaintext: \(missing)")
+        let identified = bodies.contains("user-\(marker)") && bodies.contains("trait-\(marker)")
+        #expect(identified, "the identity in plaintext")
+        await engine.close()
+        #expect(EncryptionTests.found(marker, directory.databaseURL) == 0, "the salvaged file")
+        let copy = URL(fileURLWithPath: report.damagedCopyPath)
+        #expect(EncryptionTests.found(marker, copy) == 0, "the copy set aside")
+    }
+}
+
+/// The key the crash child's `--sealed` mode seals with.
+private struct ChildKeys: EncryptionKeyProvider {
+    func currentKey() throws -> EncryptionKey {
+        try EncryptionKey(id: "child", bytes: [UInt8](repeating: 0x5A, count: 32))
+    }
+    func key(withID id: String) throws -> EncryptionKey? { id == "child" ? try currentKey() : nil }
+}
