@@ -19,7 +19,7 @@ let usage = """
            spool-bench --compare OLD.json --to NEW.json
            spool-bench --self-test                       (checks verdicts, ids, files, the report)
     """
-/// The committed run the README shows: after a run from the package root,
+/// The committed run docs/BENCH.md shows: after a run from the package root,
 /// spool-bench says how this machine's baselines compare with that run's.
 let referenceResults = "docs/bench-results.json"
 var quick = false
@@ -258,9 +258,9 @@ if let previous, let comparePath {
 } else if FileManager.default.fileExists(atPath: referenceResults),
     URL(fileURLWithPath: output).standardizedFileURL != URL(fileURLWithPath: referenceResults).standardizedFileURL,
     let line = try ResultsFile.read(output).machineComparison(
-        with: ResultsFile.read(referenceResults), oldName: "\(referenceResults) (the README's run)")
+        with: ResultsFile.read(referenceResults), oldName: "\(referenceResults) (the committed run)")
 {
-    // A FAIL on a machine slower than the README's says little about Spool
+    // A FAIL on a machine slower than the committed run's says little about Spool
     // until the baselines say how much slower it is.
     print("")
     print(line)

@@ -99,8 +99,8 @@ struct UploadRequestTests {
         #expect(request.header("Authorization") == "Basic " + Data("wk:".utf8).base64EncodedString())
     }
 
-    @Test("the README's upload examples build the dispatchers they describe")
-    func readmeExamples() throws {
+    @Test("the collector examples (Spool.docc/Collectors.md) build the dispatchers they describe")
+    func collectorArticleExamples() throws {
         let segment = DefaultEventDispatcher(batchSize: 100, format: try .segment(writeKey: "YOUR_WRITE_KEY"))
         #expect(segment.format is SegmentBatchFormat && segment.batchSize == 100)
         #expect(segment.format.headers["Authorization"]?.hasPrefix("Basic ") == true)
