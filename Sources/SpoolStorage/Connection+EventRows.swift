@@ -1,3 +1,5 @@
+import Foundation
+
 /// One stored event's columns, as SQLite holds them: the bytes of the text
 /// columns without a copy. Valid only inside the closure that receives it.
 package struct EventRowView {
@@ -82,7 +84,7 @@ extension Connection {
 /// for one ``Connection/forEachEventRow(after:limit:now:_:)``.
 private struct SealedRowCache {
     struct Opened {
-        var parameters: [UInt8]?
+        var parameters: ArraySlice<UInt8>?
         var identity: (userID: [UInt8]?, traits: [UInt8])?
         var context: [UInt8]?
 
@@ -104,8 +106,8 @@ private struct SealedRowCache {
             }
         }
 
-        private static func bytes<T>(
-            _ bytes: [UInt8]?, or readable: UnsafeRawBufferPointer?, _ body: (UnsafeRawBufferPointer?) throws -> T
+        private static func bytes<Bytes: ContiguousBytes, T>(
+            _ bytes: Bytes?, or readable: UnsafeRawBufferPointer?, _ body: (UnsafeRawBufferPointer?) throws -> T
         ) rethrows -> T {
             guard let bytes else { return try body(readable) }
             return try bytes.withUnsafeBytes { try body($0) }
@@ -114,6 +116,7 @@ private struct SealedRowCache {
 
     private var identities: [Int64: (userID: [UInt8]?, traits: [UInt8])?] = [:]
     private var contexts: [Int64: [UInt8]?] = [:]
+    private var scratch: [UInt8] = []
 
     /// `row`'s sealed values (parameters, identity, context) opened; nil
     /// when one will not open.
@@ -123,10 +126,14 @@ private struct SealedRowCache {
     ) -> Opened? {
         var opened = Opened()
         if let parameters = sealed.0 {
-            guard let sealer = connection.sealer, let plain = sealer.open(parameters, for: .event(row.id)) else {
-                return nil
-            }
-            opened.parameters = plain
+            // Into the same buffer row after row (the previous row's values
+            // are gone by now): no allocation per row.
+            let needed = RowSealer.plaintextCount(of: parameters)
+            if scratch.count < needed { scratch = [UInt8](repeating: 0, count: max(needed, 2 * scratch.count)) }
+            guard let sealer = connection.sealer,
+                let count = scratch.withUnsafeMutableBytes({ sealer.open(parameters, for: .event(row.id), into: $0) })
+            else { return nil }
+            opened.parameters = scratch[..<count]
         }
         if let sealedIdentity = sealed.1 {
             if identities[identity] == nil {

@@ -5,6 +5,8 @@ import Foundation
 extension Connection {
     /// What a readable column holds when its value is sealed: JSON `null`.
     package static let sealedJSON = "null"
+    /// ``sealedJSON`` as static bytes, which the writer binds without a copy.
+    package static let sealedJSONBytes: StaticString = "null"
 
     /// `json` sealed for the event `eventID`, or nil without a sealer.
     package func sealParameters(_ json: String, eventID: String) throws -> [UInt8]? {

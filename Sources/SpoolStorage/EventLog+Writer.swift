@@ -292,10 +292,12 @@ extension EventLog.Pending {
                     try insert.bind(seq, at: 1)
                     try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
                     try insert.bindTextNoCopy(name, at: 3)
-                    if let sealer {
-                        try insert.bindBlob(
-                            sealer.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id))), at: 13)
-                        try insert.bind(Connection.sealedJSON, at: 4)
+                    let sealed = try sealer?.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id)))
+                    if let sealed {
+                        try sealed.withUnsafeBytes { try insert.bindBlobNoCopy($0, at: 13) }
+                        let null = Connection.sealedJSONBytes
+                        try insert.bindTextNoCopy(
+                            UnsafeBufferPointer(start: null.utf8Start, count: null.utf8CodeUnitCount), at: 4)
                     } else {
                         try insert.bindTextNoCopy(json, at: 4)
                     }
@@ -310,6 +312,7 @@ extension EventLog.Pending {
                             try insert.step()
                         }
                     }
+                    withExtendedLifetime(sealed) {}  // bound without a copy until the step above
                 }
             }
         }

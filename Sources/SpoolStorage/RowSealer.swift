@@ -15,15 +15,17 @@ package struct SealingKeyMaterial: Sendable {
 /// libcrypto). The sealer decides what is sealed, with which nonce and
 /// which associated data; a prepared key only runs the cipher.
 package protocol PreparedSealingKey: Sendable {
-    /// Appends `plaintext`'s ciphertext and then its 16-byte tag to `output`.
+    /// Writes `plaintext`'s ciphertext and then its 16-byte tag to `output`,
+    /// which holds exactly `plaintext.count + 16` bytes.
     func seal(
         nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
-        appendingTo output: inout [UInt8]) throws
-    /// Appends the plaintext to `output` and returns true when the tag
-    /// proves `ciphertext` and `associatedData` unchanged; false otherwise.
+        into output: UnsafeMutableRawBufferPointer) throws
+    /// Writes the plaintext to `output`, which holds exactly
+    /// `ciphertext.count` bytes, and returns true when the tag proves
+    /// `ciphertext` and `associatedData` unchanged; false otherwise.
     func open(
         nonce: UnsafeRawBufferPointer, ciphertext: UnsafeRawBufferPointer, tag: UnsafeRawBufferPointer,
-        associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+        associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
     ) -> Bool
 }
 
@@ -66,9 +68,14 @@ package final class RowSealer: Sendable {
     package static let nonceBytes = 12
     package static let tagBytes = 16
 
-    private struct Key {
+    private final class Key: Sendable {
         let id: [UInt8]
         let prepared: any PreparedSealingKey
+
+        init(id: [UInt8], prepared: any PreparedSealingKey) {
+            self.id = id
+            self.prepared = prepared
+        }
     }
 
     private struct State {
@@ -168,41 +175,66 @@ package final class RowSealer: Sendable {
             state.randomOffset += Self.nonceBytes
             return current
         }
-        var output: [UInt8] = []
-        output.reserveCapacity(2 + key.id.count + Self.nonceBytes + plaintext.count + Self.tagBytes)
-        output.append(Self.formatVersion)
-        output.append(UInt8(key.id.count))
-        output.append(contentsOf: key.id)
-        let header = output.count
-        withUnsafeBytes(of: &nonce) { output.append(contentsOf: $0.prefix(Self.nonceBytes)) }
-        try Self.withAssociatedData(header: output[..<header], row: row) { associatedData in
-            try withUnsafeBytes(of: &nonce) { nonce in
-                try key.prepared.seal(
-                    nonce: UnsafeRawBufferPointer(rebasing: nonce.prefix(Self.nonceBytes)), plaintext: plaintext,
-                    associatedData: associatedData, appendingTo: &output)
+        let header = 2 + key.id.count
+        let count = header + Self.nonceBytes + plaintext.count + Self.tagBytes
+        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            let output = UnsafeMutableRawBufferPointer(buffer)
+            output[0] = Self.formatVersion
+            output[1] = UInt8(key.id.count)
+            key.id.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: output[2..<header]).copyMemory(from: $0) }
+            let nonceEnd = header + Self.nonceBytes
+            withUnsafeBytes(of: &nonce) {
+                UnsafeMutableRawBufferPointer(rebasing: output[header..<nonceEnd]).copyMemory(
+                    from: UnsafeRawBufferPointer(rebasing: $0.prefix(Self.nonceBytes)))
             }
+            try Self.withAssociatedData(keyID: UnsafeRawBufferPointer(rebasing: output[2..<header]), row: row) {
+                try key.prepared.seal(
+                    nonce: UnsafeRawBufferPointer(rebasing: output[header..<nonceEnd]), plaintext: plaintext,
+                    associatedData: $0, into: UnsafeMutableRawBufferPointer(rebasing: output[nonceEnd...]))
+            }
+            initialized = count
         }
-        return output
     }
 
     /// The plaintext of `sealed`, or nil when it will not open: its key is
     /// not available, or its bytes, its header or its row changed.
     package func open(_ sealed: UnsafeRawBufferPointer, for row: SealedRow) -> [UInt8]? {
+        let count = Self.plaintextCount(of: sealed)
+        var opened = false
+        let plaintext = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            opened = open(sealed, for: row, into: UnsafeMutableRawBufferPointer(buffer)) != nil
+            initialized = opened ? count : 0
+        }
+        return opened ? plaintext : nil
+    }
+
+    /// How many bytes `sealed` opens to (0 for a malformed value).
+    package static func plaintextCount(of sealed: UnsafeRawBufferPointer) -> Int {
+        guard sealed.count >= 2 else { return 0 }
+        return max(0, sealed.count - 2 - Int(sealed[1]) - nonceBytes - tagBytes)
+    }
+
+    /// Writes the plaintext of `sealed` to the start of `output` (at least
+    /// ``plaintextCount(of:)`` bytes) and returns its length; nil when it
+    /// will not open.
+    package func open(_ sealed: UnsafeRawBufferPointer, for row: SealedRow, into output: UnsafeMutableRawBufferPointer)
+        -> Int?
+    {
         guard sealed.count >= 2, sealed[0] == Self.formatVersion else { return nil }
         let idEnd = 2 + Int(sealed[1])
         let nonceEnd = idEnd + Self.nonceBytes
-        guard sealed[1] > 0, sealed.count >= nonceEnd + Self.tagBytes, let key = key(id: Array(sealed[2..<idEnd]))
-        else { return nil }
-        var output: [UInt8] = []
-        output.reserveCapacity(sealed.count - nonceEnd - Self.tagBytes)
-        let opened = Self.withAssociatedData(header: sealed[..<idEnd], row: row) { associatedData in
+        guard sealed[1] > 0, sealed.count >= nonceEnd + Self.tagBytes else { return nil }
+        let id = UnsafeRawBufferPointer(rebasing: sealed[2..<idEnd])
+        let ciphertext = UnsafeRawBufferPointer(rebasing: sealed[nonceEnd..<(sealed.count - Self.tagBytes)])
+        guard output.count >= ciphertext.count, let key = key(id: id) else { return nil }
+        let opened = Self.withAssociatedData(keyID: id, row: row) { associatedData in
             key.prepared.open(
-                nonce: UnsafeRawBufferPointer(rebasing: sealed[idEnd..<nonceEnd]),
-                ciphertext: UnsafeRawBufferPointer(rebasing: sealed[nonceEnd..<(sealed.count - Self.tagBytes)]),
+                nonce: UnsafeRawBufferPointer(rebasing: sealed[idEnd..<nonceEnd]), ciphertext: ciphertext,
                 tag: UnsafeRawBufferPointer(rebasing: sealed[(sealed.count - Self.tagBytes)...]),
-                associatedData: associatedData, appendingTo: &output)
+                associatedData: associatedData,
+                into: UnsafeMutableRawBufferPointer(rebasing: output[..<ciphertext.count]))
         }
-        return opened ? output : nil
+        return opened ? ciphertext.count : nil
     }
 
     /// The id of the key `sealed` was sealed with, if its header is whole.
@@ -214,8 +246,12 @@ package final class RowSealer: Sendable {
     /// The key with `id`: asked of the provider the first time it opens a
     /// value. Only keys the provider returned are kept; one it lacks, or
     /// could not give, is asked for again with the next value.
-    private func key(id: [UInt8]) -> Key? {
-        if let known = state.withLock({ $0.known[id] }) { return known }
+    private func key(id: UnsafeRawBufferPointer) -> Key? {
+        let known = state.withLock { state -> Key? in
+            if let current = state.current, current.id.elementsEqual(id) { return current }
+            return state.known[Array(id)]
+        }
+        if let known { return known }
         do {
             // A provider that throws or has no such key leaves the value
             // closed: its row is set aside and reported, never sent.
@@ -223,7 +259,7 @@ package final class RowSealer: Sendable {
                 material.id.utf8.elementsEqual(id)
             else { return nil }
             let key = try prepare(material)
-            state.withLock { $0.known[id] = key }
+            state.withLock { $0.known[key.id] = key }
             return key
         } catch {
             return nil
@@ -231,22 +267,32 @@ package final class RowSealer: Sendable {
     }
 
     /// The associated data bound to a value: its header (format and key
-    /// id) and its row, which also names the row's table.
-    private static func withAssociatedData<Header: Collection<UInt8>, T>(
-        header: Header, row: SealedRow, _ body: (UnsafeRawBufferPointer) throws -> T
+    /// id) and its row, which also names the row's table; on the stack.
+    private static func withAssociatedData<T>(
+        keyID: UnsafeRawBufferPointer, row: SealedRow, _ body: (UnsafeRawBufferPointer) throws -> T
     ) rethrows -> T {
-        var data = Array(header)
+        let rowBytes: Int
         switch row {
-        case .event(let id):
-            data.append(UInt8(ascii: "e"))
-            data.append(contentsOf: id)
-        case .identity(let id):
-            data.append(UInt8(ascii: "i"))
-            withUnsafeBytes(of: id.bigEndian) { data.append(contentsOf: $0) }
-        case .context(let id):
-            data.append(UInt8(ascii: "c"))
-            withUnsafeBytes(of: id.bigEndian) { data.append(contentsOf: $0) }
+        case .event(let id): rowBytes = id.count
+        case .identity, .context: rowBytes = 8
         }
-        return try data.withUnsafeBytes(body)
+        return try withUnsafeTemporaryAllocation(byteCount: 3 + keyID.count + rowBytes, alignment: 1) { data in
+            data[0] = formatVersion
+            data[1] = UInt8(keyID.count)
+            UnsafeMutableRawBufferPointer(rebasing: data[2..<(2 + keyID.count)]).copyMemory(from: keyID)
+            let rest = UnsafeMutableRawBufferPointer(rebasing: data[(3 + keyID.count)...])
+            switch row {
+            case .event(let id):
+                data[2 + keyID.count] = UInt8(ascii: "e")
+                rest.copyMemory(from: id)
+            case .identity(let id):
+                data[2 + keyID.count] = UInt8(ascii: "i")
+                withUnsafeBytes(of: id.bigEndian) { rest.copyMemory(from: $0) }
+            case .context(let id):
+                data[2 + keyID.count] = UInt8(ascii: "c")
+                withUnsafeBytes(of: id.bigEndian) { rest.copyMemory(from: $0) }
+            }
+            return try body(UnsafeRawBufferPointer(data))
+        }
     }
 }

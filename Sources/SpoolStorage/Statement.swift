@@ -89,6 +89,13 @@ package final class Statement {
         try check(spool_bind_text(handle, index, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), length))
     }
 
+    /// Binds bytes as a blob *without a copy*: as ``bindTextNoCopy(_:at:)``,
+    /// they must stay valid until the statement has stepped.
+    package func bindBlobNoCopy(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws {
+        guard let length = Int32(exactly: bytes.count) else { throw connection.error(SQLITE_TOOBIG, sql: sql) }
+        try check(sqlite3_bind_blob(handle, index, bytes.baseAddress, length, nil))
+    }
+
     /// Binds bytes as a blob (SQLite copies them), or NULL for nil.
     package func bindBlob(_ bytes: [UInt8]?, at index: Int32) throws {
         guard let bytes else { return try bindNull(at: index) }

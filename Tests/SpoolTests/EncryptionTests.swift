@@ -73,25 +73,29 @@ struct EncryptionTests {
         let key = try SystemSealingCipher().prepare([UInt8](repeating: 0, count: 32))
         let nonce = [UInt8](repeating: 0, count: 12)
         func seal(_ plain: [UInt8]) throws -> [UInt8] {
-            var output: [UInt8] = []
+            var output = [UInt8](repeating: 0, count: plain.count + 16)
             try nonce.withUnsafeBytes { nonce in
                 try plain.withUnsafeBytes { plain in
                     try [UInt8]().withUnsafeBytes { none in
-                        try key.seal(nonce: nonce, plaintext: plain, associatedData: none, appendingTo: &output)
+                        try output.withUnsafeMutableBytes { output in
+                            try key.seal(nonce: nonce, plaintext: plain, associatedData: none, into: output)
+                        }
                     }
                 }
             }
             return output
         }
         func open(_ sealed: [UInt8], associatedData: [UInt8] = []) -> [UInt8]? {
-            var output: [UInt8] = []
+            var output = [UInt8](repeating: 0, count: sealed.count - 16)
             let opened = nonce.withUnsafeBytes { nonce in
                 sealed.withUnsafeBytes { sealed in
                     associatedData.withUnsafeBytes { data in
-                        key.open(
-                            nonce: nonce, ciphertext: UnsafeRawBufferPointer(rebasing: sealed.dropLast(16)),
-                            tag: UnsafeRawBufferPointer(rebasing: sealed.suffix(16)), associatedData: data,
-                            appendingTo: &output)
+                        output.withUnsafeMutableBytes { output in
+                            key.open(
+                                nonce: nonce, ciphertext: UnsafeRawBufferPointer(rebasing: sealed.dropLast(16)),
+                                tag: UnsafeRawBufferPointer(rebasing: sealed.suffix(16)), associatedData: data,
+                                into: output)
+                        }
                     }
                 }
             }

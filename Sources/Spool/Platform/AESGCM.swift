@@ -48,23 +48,22 @@ struct SystemSealingCipher: SealingCipher {
 
         func seal(
             nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer,
-            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+            associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
         ) throws {
             let box = try AES.GCM.seal(
                 Data(plaintext), using: key, nonce: try AES.GCM.Nonce(data: Data(nonce)),
                 authenticating: Data(associatedData))
-            output.append(contentsOf: box.ciphertext)
-            output.append(contentsOf: box.tag)
+            output.copyBytes(from: box.ciphertext + box.tag)
         }
 
         func open(
             nonce: UnsafeRawBufferPointer, ciphertext: UnsafeRawBufferPointer, tag: UnsafeRawBufferPointer,
-            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+            associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
         ) -> Bool {
             do {
                 let box = try AES.GCM.SealedBox(
                     nonce: try AES.GCM.Nonce(data: Data(nonce)), ciphertext: Data(ciphertext), tag: Data(tag))
-                output.append(contentsOf: try AES.GCM.open(box, using: key, authenticating: Data(associatedData)))
+                output.copyBytes(from: try AES.GCM.open(box, using: key, authenticating: Data(associatedData)))
                 return true
             } catch {
                 return false
@@ -98,49 +97,39 @@ struct SystemSealingCipher: SealingCipher {
 
         func seal(
             nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer,
-            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+            associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
         ) throws {
-            let start = output.count
-            output.append(contentsOf: repeatElement(0, count: plaintext.count + RowSealer.tagBytes))
-            let sealed = output.withUnsafeMutableBufferPointer { output in
-                lock.withLock {
-                    var written: Int32 = 0
-                    let out = output.baseAddress! + start
-                    return EVP_EncryptInit_ex(sealing, nil, nil, nil, nonce.bound) == 1
-                        && EVP_EncryptUpdate(sealing, nil, &written, associatedData.bound, associatedData.int32Count)
-                            == 1
-                        && EVP_EncryptUpdate(sealing, out, &written, plaintext.bound, plaintext.int32Count) == 1
-                        && EVP_EncryptFinal_ex(sealing, out + Int(written), &written) == 1
-                        && EVP_CIPHER_CTX_ctrl(
-                            sealing, EVP_CTRL_GCM_GET_TAG, Int32(RowSealer.tagBytes), out + plaintext.count) == 1
-                }
+            let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            let sealed = lock.withLock {
+                var written: Int32 = 0
+                return EVP_EncryptInit_ex(sealing, nil, nil, nil, nonce.bound) == 1
+                    && EVP_EncryptUpdate(sealing, nil, &written, associatedData.bound, associatedData.int32Count) == 1
+                    && EVP_EncryptUpdate(sealing, out, &written, plaintext.bound, plaintext.int32Count) == 1
+                    && EVP_EncryptFinal_ex(sealing, out + Int(written), &written) == 1
+                    && EVP_CIPHER_CTX_ctrl(
+                        sealing, EVP_CTRL_GCM_GET_TAG, Int32(RowSealer.tagBytes), out + plaintext.count) == 1
             }
             guard sealed else { throw SystemSealingCipher.Failure(description: "AES-GCM sealing failed") }
         }
 
         func open(
             nonce: UnsafeRawBufferPointer, ciphertext: UnsafeRawBufferPointer, tag: UnsafeRawBufferPointer,
-            associatedData: UnsafeRawBufferPointer, appendingTo output: inout [UInt8]
+            associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
         ) -> Bool {
-            let start = output.count
-            // One byte more than the plaintext: room for a final block that
-            // GCM never writes, and never a zero-length buffer.
-            output.append(contentsOf: repeatElement(0, count: ciphertext.count + 1))
-            var tag = Array(tag)
-            let opened = output.withUnsafeMutableBufferPointer { output in
-                lock.withLock {
-                    var written: Int32 = 0
-                    let out = output.baseAddress! + start
-                    return EVP_DecryptInit_ex(opening, nil, nil, nil, nonce.bound) == 1
-                        && EVP_DecryptUpdate(opening, nil, &written, associatedData.bound, associatedData.int32Count)
-                            == 1
-                        && EVP_DecryptUpdate(opening, out, &written, ciphertext.bound, ciphertext.int32Count) == 1
-                        && EVP_CIPHER_CTX_ctrl(opening, EVP_CTRL_GCM_SET_TAG, Int32(RowSealer.tagBytes), &tag) == 1
-                        && EVP_DecryptFinal_ex(opening, out + Int(written), &written) > 0
-                }
+            // GCM writes no final block: a byte of room past the plaintext
+            // is never touched, so the end of `output` suffices.
+            var final: UInt8 = 0
+            let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
+            return lock.withLock {
+                var written: Int32 = 0
+                return EVP_DecryptInit_ex(opening, nil, nil, nil, nonce.bound) == 1
+                    && EVP_DecryptUpdate(opening, nil, &written, associatedData.bound, associatedData.int32Count) == 1
+                    && EVP_DecryptUpdate(opening, out, &written, ciphertext.bound, ciphertext.int32Count) == 1
+                    && EVP_CIPHER_CTX_ctrl(
+                        opening, EVP_CTRL_GCM_SET_TAG, Int32(RowSealer.tagBytes),
+                        UnsafeMutableRawPointer(mutating: tag.baseAddress)) == 1
+                    && EVP_DecryptFinal_ex(opening, &final, &written) > 0
             }
-            output.removeLast(opened ? 1 : output.count - start)
-            return opened
         }
     }
 
