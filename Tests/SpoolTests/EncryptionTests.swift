@@ -254,4 +254,28 @@ struct EncryptionTests {
         #expect(letters == [flipped, moved])
         await engine.close()
     }
+
+    @Test("P10: a durable listener catching up after a relaunch reads sealed rows and gets plaintext")
+    func durableCatchUp() async throws {
+        let directory = TemporaryDirectory()
+        let keys = try TestKeys("k1")
+        let listener = CollectingListener("catch-up")
+        let first = try await startedEngine(directory, configure: { $0.encryption = .aesGCM(keyProvider: keys) }) {
+            $0.events.addDurableObserver(listener, id: "warehouse")
+        }
+        try await first.settle()
+        first.events.removeDurableObserver(id: "warehouse")  // keeps its place
+        _ = try recordEvents(first, 5, parameters: { ["secret": .string("sealed-\($0)")] })
+        try await first.settle()
+        await first.close()
+        #expect(!listener.customNames.contains("e0"), "not delivered while removed")
+
+        let second = try await startedEngine(directory, configure: { $0.encryption = .aesGCM(keyProvider: keys) }) {
+            $0.events.addDurableObserver(listener, id: "warehouse")
+        }
+        try await waitUntil { listener.customNames.count == 5 }
+        let secrets = listener.received.withLock { $0.compactMap { $0.parameters["secret"]?.stringValue } }
+        #expect(secrets == (0..<5).map { "sealed-\($0)" })
+        await second.close()
+    }
 }
