@@ -135,21 +135,7 @@ extension EventEngine {
             log.database.async { connection in
                 guard let connection else { return done(.failure(SpoolError.closed)) }
                 do {
-                    // What the log and the history hold now (neither has
-                    // gaps: see LogShape and pruneHistory), and the log's
-                    // bytes (migration 0007).
-                    let (events, bytes, rows) = try connection.withStatement(
-                        """
-                        SELECT (SELECT coalesce(max(seq) - min(seq) + 1, 0) FROM events), \
-                        (SELECT bytes_total FROM log_head WHERE id = 1) \
-                        - coalesce((SELECT bytes_before FROM events ORDER BY seq LIMIT 1), \
-                        (SELECT bytes_total FROM log_head WHERE id = 1)), \
-                        (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history)
-                        """
-                    ) { statement in
-                        _ = try statement.step()
-                        return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2))
-                    }
+                    let (events, bytes, rows) = try connection.heldAmounts()
                     let kept = min(bounds.count ?? .max, events)
                     log.setQueueBounds(
                         QueueBounds(
