@@ -243,7 +243,7 @@ extension Connection {
     /// made (`created_at`), the highest id breaking a tie.
     ///
     /// One whose user id and traits will not open (sealed with a key the
-    /// provider no longer has) is reported, and replaced by a row with its
+    /// provider does not return) is reported, and replaced by a row with its
     /// anonymous id alone, sealed with the current key: events recorded
     /// from now on are not stamped with a row that cannot be read.
     package func identityInForce() throws -> IdentityRow? {

@@ -104,7 +104,7 @@ package final class RowSealer: Sendable {
 
     /// Asks the provider for the current key; new values are sealed with it
     /// from now on. Other keys are asked for again as values need them, so
-    /// a key the provider no longer returns stops opening values.
+    /// a key the provider does not return stops opening values.
     ///
     /// - Returns: its id.
     @discardableResult

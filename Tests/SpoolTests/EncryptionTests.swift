@@ -35,7 +35,7 @@ final class TestKeys: EncryptionKeyProvider {
         }
     }
 
-    /// The app no longer has the key `id`.
+    /// Makes the app lose the key `id`.
     func forget(_ id: String) { state.withLock { _ = $0.available.removeValue(forKey: id) } }
 }
 

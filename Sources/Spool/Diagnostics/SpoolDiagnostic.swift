@@ -116,7 +116,7 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// failing scrubber cannot let it through unscrubbed.
         case middlewareFailed
         /// Sealed values would not open (``EngineConfiguration/encryption``:
-        /// the key provider no longer has their key, or their bytes were
+        /// the key provider does not return their key, or their bytes were
         /// changed or moved to another row). `eventCount` events moved to
         /// the dead letters with reason `undecryptable`, still sealed, and
         /// the queue goes on behind them; they are never sent as garbage.
