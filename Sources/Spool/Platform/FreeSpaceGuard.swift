@@ -135,20 +135,21 @@ extension EventEngine {
             log.database.async { connection in
                 guard let connection else { return done(.failure(SpoolError.closed)) }
                 do {
-                    // What the log and the history hold now (neither has
-                    // gaps: see LogShape and pruneHistory), and the log's
-                    // bytes (migration 0007).
-                    let (events, bytes, rows) = try connection.withStatement(
+                    // What the log, the history and its kept values hold
+                    // now (none has gaps: see LogShape and pruneHistory),
+                    // and the log's bytes (migration 0007).
+                    let (events, bytes, rows, valueRows) = try connection.withStatement(
                         """
                         SELECT (SELECT coalesce(max(seq) - min(seq) + 1, 0) FROM events), \
                         (SELECT bytes_total FROM log_head WHERE id = 1) \
                         - coalesce((SELECT bytes_before FROM events ORDER BY seq LIMIT 1), \
                         (SELECT bytes_total FROM log_head WHERE id = 1)), \
-                        (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history)
+                        (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history), \
+                        (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history_values)
                         """
                     ) { statement in
                         _ = try statement.step()
-                        return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2))
+                        return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2), statement.int(at: 3))
                     }
                     let kept = min(bounds.count ?? .max, events)
                     log.setQueueBounds(
@@ -159,7 +160,8 @@ extension EventEngine {
                             maximumAge: history.maximumAge,
                             // The writer prunes the history every 1,024 rows:
                             // fewer would empty it.
-                            maximumRows: min(history.maximumRows ?? .max, max(rows, 1_024))))
+                            maximumRows: min(history.maximumRows ?? .max, max(rows, 1_024)),
+                            maximumValueRows: min(history.maximumValueRows ?? .max, max(valueRows, 1_024))))
                     // Give back what the WAL holds beyond its pages in use.
                     // Busy (a reader elsewhere): it starts over later.
                     try? connection.truncateWAL()
