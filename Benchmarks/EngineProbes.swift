@@ -45,7 +45,7 @@ func measureEvaluation(_ condition: SurveyCondition, times: Int, in engine: Even
     return try await database.run { connection in
         try (0..<times).map { _ in
             let start = DispatchTime.now().uptimeNanoseconds
-            _ = try condition.holds(at: .now(now), in: connection)
+            _ = try condition.holds(atNow: now, in: connection)
             return DispatchTime.now().uptimeNanoseconds - start
         }
     }

@@ -3,7 +3,8 @@ import Spool
 import SpoolStorage
 
 /// EVENT_FREQUENCY over a history of 1M occurrences, and what registered
-/// surveys add to `record` until delivered.
+/// surveys add to `record` until delivered; filters, sequences and their
+/// overhead in `HistoryBenchmarks+Targeting.swift`.
 struct HistoryBenchmarks {
     let quick: Bool
     let report: Report
@@ -66,6 +67,8 @@ struct HistoryBenchmarks {
                 area: "history", name: "surveys.evaluate(…) round trip, same rule", value: Samples(values: api).median,
                 unit: "µs", detail: "includes the hop to the database queue"))
 
+        try await sequenceRows(engine, historyRows: historyRows)
+
         // Trigger matching, through the real path (record, commit, conditions
         // counted in the group's transaction, delivery): 100 surveys (90 on
         // named triggers, 10 wildcard), events over 200 names; then with 10
@@ -123,8 +126,10 @@ struct HistoryBenchmarks {
                         "\(triggered.withLock { $0 }) triggers for \(events) events\(setup.names == 1 ? " of event_0" : ""); \(formatNumber(baseline)) µs per event with no survey"
                 ))
         }
+        try await filteredRulesOverhead(engine)
         registration.cancel()
         await engine.close()
+        try await filteredFrequencyRows()
     }
 
     /// Per-event cost of recording `events` events (over `names` names)

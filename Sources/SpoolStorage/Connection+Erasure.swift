@@ -2,7 +2,8 @@ import CSQLite
 import Foundation
 
 extension Connection {
-    /// Deletes every queued event, the whole history, the dead letters, the
+    /// Deletes every queued event, the whole history (with the property
+    /// values kept for survey filters), the dead letters, the
     /// identities and contexts, the record of recent upload requests and of
     /// batches handed to the system,
     /// and moves every consumer to the head with its drop counts cleared, in
@@ -30,6 +31,8 @@ extension Connection {
             let head = try headPosition()
             try execute("DELETE FROM events")
             try execute("DELETE FROM event_history")
+            // The property values survey filters read, kept with it.
+            try execute("DELETE FROM event_history_values")
             try execute("DELETE FROM dead_letters")
             // Which events each recent request carried: ids of the user's events.
             try execute("DELETE FROM upload_batches")

@@ -22,18 +22,32 @@ extension Connection {
         return min(total, cap)
     }
 
-    /// Deletes the oldest history rows: those recorded before `cutoff`, and
-    /// beyond the newest `maximumRows`. Rows are appended in commit order, so
-    /// both are a prefix by id: the cost is proportional to what is deleted,
-    /// never to the size of the history.
+    /// Deletes the oldest history rows, and the oldest property values
+    /// kept with them: those recorded before `cutoff`, and beyond the newest
+    /// `maximumRows` of `event_history` (`maximumValueRows` of
+    /// `event_history_values`; nil: `maximumRows`). Rows are appended in
+    /// commit order, so both are a prefix by id: the cost is proportional to
+    /// what is deleted, never to the size of the history.
     ///
-    /// - Returns: how many rows went.
+    /// - Returns: how many rows went, from both tables.
     @discardableResult
-    package func pruneHistory(before cutoff: Double?, keepingAtMost maximumRows: Int?) throws -> Int {
+    package func pruneHistory(
+        before cutoff: Double?, keepingAtMost maximumRows: Int?, values maximumValueRows: Int? = nil
+    )
+        throws -> Int
+    {
+        try prunePrefix(of: "event_history", before: cutoff, keepingAtMost: maximumRows)
+            + prunePrefix(of: "event_history_values", before: cutoff, keepingAtMost: maximumValueRows ?? maximumRows)
+    }
+
+    /// Deletes the prefix by id of `table` (one of the history's own tables,
+    /// named by this file) that is older than `cutoff` or beyond the newest
+    /// `maximumRows`.
+    private func prunePrefix(of table: String, before cutoff: Double?, keepingAtMost maximumRows: Int?) throws -> Int {
         var deleted = 0
         if let maximumRows {
             deleted += try withStatement(
-                "DELETE FROM event_history WHERE id <= (SELECT max(id) FROM event_history) - ?"
+                "DELETE FROM \(table) WHERE id <= (SELECT max(id) FROM \(table)) - ?"
             ) { statement in
                 try statement.bind(max(0, maximumRows), at: 1)
                 try statement.step()
@@ -43,13 +57,13 @@ extension Connection {
         if let cutoff {
             // The first row young enough, walking up from the oldest.
             let firstKept = try withStatement(
-                "SELECT id FROM event_history WHERE recorded_at >= ? ORDER BY id LIMIT 1"
+                "SELECT id FROM \(table) WHERE recorded_at >= ? ORDER BY id LIMIT 1"
             ) { statement -> Int64? in
                 try statement.bind(cutoff, at: 1)
                 return try statement.step() ? statement.int64(at: 0) : nil
             }
             deleted += try withStatement(
-                firstKept == nil ? "DELETE FROM event_history" : "DELETE FROM event_history WHERE id < ?"
+                firstKept == nil ? "DELETE FROM \(table)" : "DELETE FROM \(table) WHERE id < ?"
             ) { statement in
                 if let firstKept { try statement.bind(firstKept, at: 1) }
                 try statement.step()

@@ -115,22 +115,24 @@ extension Connection {
         sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
     }
 
-    /// What the log and the history hold now: the log's span of positions
-    /// and its bytes (migration 0007), and the history's span of ids. Both
-    /// are deleted from the lowest; the only gaps in the log are events set
-    /// aside as undecryptable, which the span still counts.
-    package func heldAmounts() throws -> (events: Int, bytes: Int, historyRows: Int) {
+    /// What the log, the history and its kept property values hold now:
+    /// the log's span of positions and its bytes (migration 0007), and the
+    /// spans of the history's and the values' ids. Each is deleted from the
+    /// lowest; the only gaps in the log are events set aside as
+    /// undecryptable, which the span still counts.
+    package func heldAmounts() throws -> (events: Int, bytes: Int, historyRows: Int, valueRows: Int) {
         try withStatement(
             """
             SELECT (SELECT coalesce(max(seq) - min(seq) + 1, 0) FROM events), \
             (SELECT bytes_total FROM log_head WHERE id = 1) \
             - coalesce((SELECT bytes_before FROM events ORDER BY seq LIMIT 1), \
             (SELECT bytes_total FROM log_head WHERE id = 1)), \
-            (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history)
+            (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history), \
+            (SELECT coalesce(max(id) - min(id) + 1, 0) FROM event_history_values)
             """
         ) { statement in
             _ = try statement.step()
-            return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2))
+            return (statement.int(at: 0), statement.int(at: 1), statement.int(at: 2), statement.int(at: 3))
         }
     }
 }

@@ -123,6 +123,7 @@ extension EventLog {
             event.target = record.target
             (event.identity, event.contextID) = stamps.rows(at: index - group.startIndex)
             event.identityID = event.identity?.id
+            if record.addsToHistory { event.historyValues = record.historyValues }
             return event
         }
     }
@@ -238,11 +239,12 @@ extension EventLog {
                     }
                     if let run { try add(run) }
                 }
+                try addHistoryValues(of: group, connection)
             }
             if pruneHistory, let limits = historyLimits {
                 try connection.pruneHistory(
                     before: limits.maximumAge.map { database.clock.now - $0 },
-                    keepingAtMost: limits.maximumRows)
+                    keepingAtMost: limits.maximumRows, values: limits.maximumValueRows)
             }
             head = seq
             if let reader {
@@ -258,6 +260,45 @@ extension EventLog {
             state.historySincePrune = pruneHistory ? historyRows : state.historySincePrune + historyRows
         }
         return (head, built, reading, drops, stamps)
+    }
+
+    /// Adds the property values a survey declared, of the group's events
+    /// that enter the history, to `event_history_values`: one upsert per
+    /// name, property, value and millisecond in the group, in the order
+    /// each was first met (ids keep growing with time).
+    private func addHistoryValues(of group: ArraySlice<Pending>, _ connection: Connection) throws {
+        struct Key: Hashable {
+            let name: String
+            let entry: HistoryValues.Entry
+            let millisecond: Double
+        }
+        var keys: [Key] = []
+        var occurrences: [Key: Int] = [:]
+        for index in group.indices where group[index].record.addsToHistory {
+            guard let values = group[index].record.historyValues else { continue }
+            let millisecond = HistoryMillisecond.of(group[index].record.recordedAt)
+            for entry in values.entries {
+                let key = Key(name: group[index].record.name, entry: entry, millisecond: millisecond)
+                if let count = occurrences[key] {
+                    occurrences[key] = count + 1
+                } else {
+                    occurrences[key] = 1
+                    keys.append(key)
+                }
+            }
+        }
+        guard !keys.isEmpty else { return }
+        try connection.withStatement(Connection.addHistoryValueSQL) { insert in
+            for key in keys {
+                try insert.bind(key.name, at: 1)
+                try insert.bind(key.entry.property, at: 2)
+                try key.entry.value.bind(to: insert, at: 3)
+                try insert.bind(key.millisecond, at: 4)
+                try insert.bind(occurrences[key] ?? 1, at: 5)
+                try insert.step()
+                insert.resetKeepingBindings()
+            }
+        }
     }
 
     func failAll(_ error: any Error) {

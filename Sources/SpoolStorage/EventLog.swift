@@ -160,10 +160,14 @@ package final class EventLog: Sendable {
         package var maximumAge: Double?
         /// Past this many rows the oldest go.
         package var maximumRows: Int?
+        /// Past this many rows of kept property values the oldest go.
+        package var maximumValueRows: Int?
 
-        package init(maximumAge: Double?, maximumRows: Int?) {
+        /// Limits for both tables; `maximumValueRows` nil: `maximumRows`.
+        package init(maximumAge: Double?, maximumRows: Int?, maximumValueRows: Int? = nil) {
             self.maximumAge = maximumAge
             self.maximumRows = maximumRows
+            self.maximumValueRows = maximumValueRows ?? maximumRows
         }
     }
 

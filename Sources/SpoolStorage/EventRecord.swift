@@ -25,6 +25,9 @@ package struct StoredEvent: Sendable, Hashable {
     package var identityID: Int64?
     /// The `contexts` row in force, if a context was set.
     package var contextID: Int64?
+    /// The property values its occurrence added to `event_history_values`
+    /// (set on the rows a commit builds; nil when read back from the log).
+    package var historyValues: HistoryValues?
 
     package init(
         seq: Int64, id: String, name: String, parametersJSON: String, recordedAt: Double, sessionID: String?,
@@ -62,7 +65,8 @@ package struct EventRecord: Sendable {
     /// reference, shared by every event until either changes.
     package var stamps: RecordStamps?
     /// A message other than a `track`: its type and target; nil for a
-    /// `track`, so a buffered `track` carries one reference, not two strings.
+    /// `track` (unless the history keeps some of its values), so a buffered
+    /// `track` carries one reference, not two strings.
     private var message: MessageFields?
 
     /// The message type (``track`` and the others of `events.type`).
@@ -73,6 +77,14 @@ package struct EventRecord: Sendable {
     package var identity: IdentityStamp? { stamps?.identity }
     /// The context in force when the event was accepted.
     package var context: ContextStamp? { stamps?.context }
+    /// The property values the history keeps with this occurrence
+    /// (`event_history_values`): those a registered survey declared.
+    package var historyValues: HistoryValues? { message?.historyValues }
+
+    /// Keeps `values` with the occurrence this event adds to the history.
+    package mutating func keep(_ values: HistoryValues) {
+        message = MessageFields(type: type, target: target, historyValues: values)
+    }
 
     package static let track = "track"
 

@@ -225,14 +225,17 @@ package final class RecordStamps: Sendable {
     }
 }
 
-/// The type and target of a message other than a `track`.
+/// The type and target of a message other than a `track`, and the
+/// property values the history keeps for an event a survey filters on.
 final class MessageFields: Sendable {
     let type: String
     let target: String?
+    let historyValues: HistoryValues?
 
-    init(type: String, target: String?) {
+    init(type: String, target: String?, historyValues: HistoryValues? = nil) {
         self.type = type
         self.target = target
+        self.historyValues = historyValues
     }
 }
 

@@ -54,6 +54,8 @@
 // --interleavings SEED COUNT, --rounds CONTROL_DIR ROUNDS PER_ROUND,
 // --erasure-recorder CONTROL_DIR
 //             The identity modes: see IdentityModes.swift.
+// --surveys   Records purchases under surveys with filtered rules, printing
+//             "TRIGGER <survey> <marker>" for each trigger: see SurveyMode.swift.
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
@@ -271,6 +273,9 @@ case "--erasure-recorder":
     guard arguments.count >= 5 else { exit(2) }
     try await runErasureRecorder(url, control: URL(fileURLWithPath: arguments[4]))
     exit(0)
+
+case "--surveys":
+    try await runSurveys(url, tag: tag)
 
 case "--hold-open-lock":
     let mark = StoreMark(databasePath: url.path)

@@ -102,14 +102,18 @@ public struct EngineConfiguration: Sendable {
     /// An EVENT_FREQUENCY rule is exact while its window fits in what the
     /// history keeps: windows up to this age (and `.ever` counts what is
     /// kept). Pruning runs at `start()` and as events are committed; its cost
-    /// is proportional to what it deletes.
+    /// is proportional to what it deletes. The property values kept for
+    /// survey filters (``Survey/historyProperties``) go at the same age.
     public var historyRetention: TimeInterval?
     /// The most rows the event history keeps; past it the oldest go. A row
     /// counts one event name's occurrences in one millisecond: an event
     /// recorded on its own is a row, a burst of one name a row per
     /// millisecond it spans. `nil` keeps every row within
     /// ``historyRetention``. Default 100,000 (about 7 MB on disk), which
-    /// holds 90 days of a user who records a thousand events a day.
+    /// holds 90 days of a user who records a thousand events a day. The
+    /// property values kept for survey filters are bounded the same way, in
+    /// rows of their own (one per event name, property, value and
+    /// millisecond).
     public var maximumHistoryRows: Int?
     /// How much may wait in memory for the writer; see ``WriteBufferLimit``.
     public var writeBuffer: WriteBufferLimit

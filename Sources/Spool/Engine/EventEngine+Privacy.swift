@@ -5,7 +5,8 @@ import SpoolStorage
 
 extension EventEngine {
     /// Deletes everything Spool keeps about the user: queued events (those
-    /// waiting for a session too), the event history, dead letters and
+    /// waiting for a session too), the event history (with the property
+    /// values kept for survey filters), dead letters and
     /// durable-listener positions, and makes the deleted bytes unrecoverable
     /// from the database, its `-wal` and `-shm` files.
     ///

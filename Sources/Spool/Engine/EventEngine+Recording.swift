@@ -167,7 +167,15 @@ extension EventEngine {
         // buffer is full, wait for the writer outside the lock and try again.
         while true {
             let accepted = try state.withLock { state in
-                try gateAndAppend(&record, priority: priority, settle: settle, in: &state)
+                // The values a registered survey's filters read, kept with
+                // the event's occurrence in the history.
+                if !state.keptProperties.byName.isEmpty, record?.addsToHistory == true,
+                    let keys = state.keptProperties.byName[name],
+                    let values = Self.historyValues(keys, of: message.parameters)
+                {
+                    record?.keep(values)
+                }
+                return try gateAndAppend(&record, priority: priority, settle: settle, in: &state)
             }
             guard let accepted else {
                 do { try state.withLock { $0.log }?.waitForRoom(bytes: bytes) } catch { throw SpoolError.bridge(error) }
@@ -176,6 +184,13 @@ extension EventEngine {
             accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
             return accepted
         }
+    }
+
+    /// The values of `keys` in `parameters` that the history keeps (nil:
+    /// none).
+    static func historyValues(_ keys: [String], of parameters: [String: EventValue]) -> HistoryValues? {
+        let entries = keys.compactMap { key in parameters[key]?.historyValue.map { HistoryValues.Entry(key, $0) } }
+        return entries.isEmpty ? nil : HistoryValues(entries)
     }
 
     /// The gates, then the append (or the wait for a session), which moves

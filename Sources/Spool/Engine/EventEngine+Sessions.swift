@@ -9,13 +9,16 @@ extension EventEngine {
     /// ``start()`` calls this; call it again when your app's session rules say
     /// a new one begins.
     public func startSession() {
-        let sessionID = EventID.make(
-            milliseconds: EventID.milliseconds(since1970: configuration.clock.now),
-            random: UInt64.random(in: 0...UInt64.max),
-            UInt64.random(in: 0...UInt64.max))
+        let random = (UInt64.random(in: 0...UInt64.max), UInt64.random(in: 0...UInt64.max))
         let (notify, sessionStartError) = state.withLock {
             state -> ([(Waiting, WaitingOutcome)], (any Error)?) in
             guard case .started(let log) = state.phase else { return ([], nil) }
+            // The id carries when the session began: its first event, which
+            // may have waited for it (what a `thisSession` survey rule reads).
+            let now = configuration.clock.now
+            let began = min(now, state.gates.earliestWaiting ?? now)
+            let sessionID = EventID.make(
+                milliseconds: EventID.milliseconds(since1970: began), random: random.0, random.1)
             let waiting = state.gates.startSession(sessionID)
             var notify: [(Waiting, WaitingOutcome)] = []
             var sessionStartError: (any Error)?
@@ -25,7 +28,7 @@ extension EventEngine {
                     try log.appendPastBound(
                         EventRecord(
                             name: Self.sessionStartEventName, parametersJSON: "{}",
-                            recordedAt: configuration.clock.now,
+                            recordedAt: now,
                             sessionID: sessionID, priority: true, addsToHistory: true,
                             stamps: identities.current))
                 } catch {
@@ -55,9 +58,10 @@ extension EventEngine {
         state.withLock { $0.gates.endSession() }
     }
 
-    /// The current session's id (a UUIDv7 string), or nil before ``start()``
-    /// and after ``endSession()``. Every event stored during the session
-    /// carries it.
+    /// The current session's id (a UUIDv7 string, whose time is when the
+    /// session began: its first event, which may have been recorded before
+    /// and waited for it), or nil before ``start()`` and after
+    /// ``endSession()``. Every event stored during the session carries it.
     public var currentSessionID: String? {
         state.withLock { $0.gates.sessionID }
     }

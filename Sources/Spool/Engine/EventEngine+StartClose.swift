@@ -124,7 +124,9 @@ extension EventEngine {
             let freeSpace = makeFreeSpaceGuard(log)
             log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
-                if let delivery, delivery.isListening { delivery.enqueue(events(), triggered: reading as? [[Survey]]) }
+                if let delivery, delivery.isListening {
+                    delivery.enqueue(events(), triggered: reading as? [[SurveyMatch]])
+                }
                 uploader?.committed(head: head)
                 mark?.committed(head)
                 freeSpace?.committed()

@@ -94,6 +94,10 @@ public final class EventEngine: Sendable {
         var gates: SessionGates
         /// Names never delivered: the configured exclusions and the heartbeat.
         var undelivered: Set<String>
+        /// The event properties the history keeps (event name → keys), as
+        /// the survey center last declared them, and that declaration's
+        /// version.
+        var keptProperties: (version: Int, byName: [String: [String]]) = (0, [:])
         /// Whether the uploader may run: consent withdrawn means the events
         /// before it are being discarded, and nothing uploads until that is
         /// saved.
@@ -194,7 +198,8 @@ public final class EventEngine: Sendable {
     public init(configuration: EngineConfiguration = EngineConfiguration()) {
         self.configuration = configuration
         priorityNameLengths = configuration.priorityEventNames.reduce(0) { $0 | 1 << ($1.utf8.count & 63) }
-        identities = IdentityBook(at: configuration.clock.now)
+        let identities = IdentityBook(at: configuration.clock.now)
+        self.identities = identities
         let state = Protected(
             State(
                 gates: SessionGates(
@@ -228,7 +233,18 @@ public final class EventEngine: Sendable {
                     return try engine.record(name, parameters: parameters)
                 },
                 database: { state.withLock { $0.log?.database } },
-                diagnostics: diagnostics))
+                diagnostics: diagnostics,
+                keep: { version, properties in
+                    state.withLock { state in
+                        guard version > state.keptProperties.version else { return }
+                        state.keptProperties = (version, properties.mapValues { $0.sorted() })
+                    }
+                },
+                session: { state.withLock { $0.gates.sessionID } },
+                identity: {
+                    let stamp = identities.current.identity
+                    return (stamp.anonymousID, stamp.user.traitsJSON)
+                }))
         delivery = DeliveryQueue(
             queue: deliveryQueue, observers: events, durables: durables, policy: policy)
         engine.withLock { $0 = WeakBox(self) }

@@ -72,6 +72,11 @@ struct SessionGates {
         return displaced
     }
 
+    /// When the oldest event waiting for a session was recorded.
+    var earliestWaiting: Double? {
+        waiting.lazy.map(\.record.recordedAt).min()
+    }
+
     /// Starts session `id` (ending the current one, whose count starts
     /// over). Returns the events that waited for it, each carrying `id`,
     /// to append in order.

@@ -11,7 +11,7 @@ protocol DeliveryFollower: Sendable {
     /// transaction (nil: none were registered then), and what may be
     /// delivered now: an event listeners do not get (opted out, an excluded
     /// name) triggers nothing either.
-    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?, allowing allows: (String) -> Bool)
+    func follow(_ events: [StoredEvent], triggering surveys: [[SurveyMatch]]?, allowing allows: (String) -> Bool)
 }
 
 /// The one internal serial queue every listener, registration and stream is
@@ -73,11 +73,11 @@ package final class DeliveryQueue: Sendable {
 
     /// Delivers committed events (called on the database queue), and then
     /// the survey triggers found for them in their transaction.
-    package func enqueue(_ events: [StoredEvent], triggered: [[Survey]]? = nil) {
+    package func enqueue(_ events: [StoredEvent], triggered: [[SurveyMatch]]? = nil) {
         queue.async { self.deliver(events, triggered) }
     }
 
-    private func deliver(_ events: [StoredEvent], _ triggered: [[Survey]]?) {
+    private func deliver(_ events: [StoredEvent], _ triggered: [[SurveyMatch]]?) {
         dispatchPrecondition(condition: .onQueue(queue))
         let policy = self.policy()
         let hasObservers = !observers.isEmpty || !observers.registrations.isEmpty

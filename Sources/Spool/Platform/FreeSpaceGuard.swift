@@ -135,7 +135,7 @@ extension EventEngine {
             log.database.async { connection in
                 guard let connection else { return done(.failure(SpoolError.closed)) }
                 do {
-                    let (events, bytes, rows) = try connection.heldAmounts()
+                    let (events, bytes, rows, valueRows) = try connection.heldAmounts()
                     let kept = min(bounds.count ?? .max, events)
                     log.setQueueBounds(
                         QueueBounds(
@@ -145,7 +145,8 @@ extension EventEngine {
                             maximumAge: history.maximumAge,
                             // The writer prunes the history every 1,024 rows:
                             // fewer would empty it.
-                            maximumRows: min(history.maximumRows ?? .max, max(rows, 1_024))))
+                            maximumRows: min(history.maximumRows ?? .max, max(rows, 1_024)),
+                            maximumValueRows: min(history.maximumValueRows ?? .max, max(valueRows, 1_024))))
                     // Give back what the WAL holds beyond its pages in use.
                     // Busy (a reader elsewhere): it starts over later.
                     try? connection.truncateWAL()

@@ -20,12 +20,22 @@ public struct Survey: Sendable, Hashable {
     public let triggerEventNames: Set<String>?
     /// Stage-2 conditions a candidate must also meet (default: none).
     public let conditions: SurveyCondition
+    /// The event properties this survey's filters read: event name →
+    /// parameter keys. While the survey is registered, the history keeps
+    /// these values of every recorded event (and only these), so a
+    /// ``PropertyFilter`` sees the values recorded from its registration on,
+    /// not before. A filter on a property not declared here is refused.
+    public let historyProperties: [String: Set<String>]
 
     /// A survey; validated when registered with ``SurveyCenter/register(_:)``.
-    public init(id: String, triggerEventNames: Set<String>? = nil, conditions: SurveyCondition = .always) {
+    public init(
+        id: String, triggerEventNames: Set<String>? = nil, conditions: SurveyCondition = .always,
+        historyProperties: [String: Set<String>] = [:]
+    ) {
         self.id = id
         self.triggerEventNames = triggerEventNames
         self.conditions = conditions
+        self.historyProperties = historyProperties
     }
 
     /// True when `eventName` makes this survey a trigger candidate (before

@@ -28,7 +28,7 @@ import SpoolStorage
 /// The event history they are evaluated over is in the database and
 /// survives restarts.
 public final class SurveyCenter: Sendable {
-    private struct State {
+    struct State {
         var surveys: [String: (order: Int, survey: Survey)] = [:]
         var nextOrder = 0
         /// Candidates per trigger name (wildcards merged in), in registration
@@ -36,31 +36,53 @@ public final class SurveyCenter: Sendable {
         /// is one dictionary lookup.
         var byTrigger: [String: [Survey]] = [:]
         var wildcards: [Survey] = []
+        /// Every registered survey's `historyProperties`, merged.
+        var declared: [String: Set<String>] = [:]
+        /// Raised whenever `declared` changes, so the engine keeps the last.
+        var declaredVersion = 0
 
-        mutating func rebuildIndex() {
+        /// Rebuilds the index and the declared properties; returns what the
+        /// engine must keep when those changed.
+        mutating func rebuild() -> (version: Int, properties: [String: Set<String>])? {
             let ordered = surveys.values.sorted { $0.order < $1.order }.map(\.survey)
             wildcards = ordered.filter { $0.triggerEventNames == nil }
             byTrigger = [:]
             for name in Set(ordered.flatMap { $0.triggerEventNames ?? [] }) {
                 byTrigger[name] = ordered.filter { $0.isCandidate(for: name) }
             }
+            let merged = ordered.reduce(into: [String: Set<String>]()) { merged, survey in
+                merged.merge(survey.historyProperties) { $0.union($1) }
+            }
+            guard merged != declared else { return nil }
+            declared = merged
+            declaredVersion += 1
+            return (declaredVersion, merged)
         }
     }
 
     /// How the center reaches the engine it belongs to, without knowing it:
-    /// how to record a lifecycle event, and the database while one is open.
+    /// how to record a lifecycle event, the database while one is open,
+    /// which properties of recorded events to keep, the current session and
+    /// identity.
     struct Context: Sendable {
         var record: @Sendable (_ name: String, _ parameters: [String: EventValue]) throws -> RecordOutcome
         var database: @Sendable () -> DatabaseQueue?
         var diagnostics: DiagnosticsCenter
+        /// Keeps these properties of the events recorded from now on (a
+        /// higher version replaces a lower one; never called under a lock).
+        var keep: @Sendable (_ version: Int, _ properties: [String: Set<String>]) -> Void = { _, _ in }
+        /// The current session's id, if one runs.
+        var session: @Sendable () -> String? = { nil }
+        /// The identity in force, from memory.
+        var identity: @Sendable () -> (anonymousID: String?, traitsJSON: String) = { (nil, "{}") }
     }
 
-    private let state = Protected(State())
-    private let context: Context
-    private let triggerCallbacks = SubscriptionRegistry<TriggerTopic, SurveyTrigger>()
+    let state = Protected(State())
+    let context: Context
+    let triggerCallbacks = SubscriptionRegistry<TriggerTopic, SurveyTrigger>()
 
     /// Survey triggers have one topic.
-    private struct TriggerTopic: Hashable, Sendable {}
+    struct TriggerTopic: Hashable, Sendable {}
 
     init(context: Context) {
         self.context = context
@@ -71,27 +93,38 @@ public final class SurveyCenter: Sendable {
     /// Registers `survey`, replacing one with the same id.
     ///
     /// It takes part from the next commit group on; events already
-    /// committed are not matched again.
+    /// committed are not matched again. From the call on, the history keeps
+    /// the values of its ``Survey/historyProperties`` of every event
+    /// recorded, until it is unregistered.
     ///
     /// - Throws: ``SurveyError`` for an empty id, an empty trigger list (use
-    ///   `nil` for a wildcard), a negative count or window.
+    ///   `nil` for a wildcard), a negative count or window, a filter on a
+    ///   property the survey does not declare, a sequence without a window,
+    ///   a sampling percentage outside 0 through 100, or a NaN to compare
+    ///   with.
     public func register(_ survey: Survey) throws(SurveyError) {
         guard !survey.id.isEmpty else { throw .emptySurveyID }
         if let names = survey.triggerEventNames, names.isEmpty { throw .emptyTriggerList(surveyID: survey.id) }
-        try survey.conditions.validate(surveyID: survey.id)
-        state.withLock { state in
+        if survey.historyProperties.contains(where: { $0.key.isEmpty || $0.value.contains("") }) {
+            throw .invalidCondition(
+                surveyID: survey.id, reason: "historyProperties has an empty event or property name")
+        }
+        try survey.conditions.validate(surveyID: survey.id, declared: survey.historyProperties)
+        let kept = state.withLock { state in
             state.surveys[survey.id] = (state.nextOrder, survey)
             state.nextOrder += 1
-            state.rebuildIndex()
+            return state.rebuild()
         }
+        if let kept { context.keep(kept.version, kept.properties) }
     }
 
-    /// Removes a survey; unknown ids are ignored.
+    /// Removes a survey; unknown ids are ignored. The property values only
+    /// it declared are no longer kept for events recorded from then on.
     public func unregister(_ surveyID: String) {
-        state.withLock { state in
-            guard state.surveys.removeValue(forKey: surveyID) != nil else { return }
-            state.rebuildIndex()
+        let kept = state.withLock { state in
+            state.surveys.removeValue(forKey: surveyID) != nil ? state.rebuild() : nil
         }
+        if let kept { context.keep(kept.version, kept.properties) }
     }
 
     /// The registered surveys, in registration order.
@@ -204,16 +237,55 @@ public final class SurveyCenter: Sendable {
     ///
     /// Counts events committed so far; an event just recorded may not be
     /// committed yet (use ``EventEngine/recordDurably(_:parameters:)`` first
-    /// when it must count).
+    /// when it must count). A ``PropertyFilter`` may read the properties a
+    /// registered survey declares; ``SurveyCondition/sampled(percent:)``
+    /// hashes an empty survey id here.
     ///
-    /// - Throws: ``SurveyError/invalidCondition(surveyID:reason:)`` for a
-    ///   negative count or window; ``SpoolError/notStarted`` before `start()`.
+    /// - Throws: a ``SurveyError`` for a condition ``register(_:)`` would
+    ///   refuse; ``SpoolError/notStarted`` before `start()`.
     public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
-        try condition.validate(surveyID: "")
+        try condition.validate(surveyID: "", declared: state.withLock { $0.declared })
+        guard let database = context.database() else { throw SpoolError.notStarted }
+        let verdict = try await verdict(
+            of: condition, surveyID: "", at: database.clock.now, exhaustive: false, in: database)
+        return verdict.holds == true
+    }
+
+    /// What each of a registered survey's conditions measures now, and its
+    /// verdict: why the survey would show, or not, at this moment.
+    ///
+    /// Every part of an `all` and `any` is evaluated (a trigger's explanation
+    /// stops at the part that decided). Reads what is committed, like
+    /// ``evaluate(_:)``.
+    ///
+    /// - Throws: ``SurveyError/unknownSurvey(_:)`` for an id that is not
+    ///   registered; ``SpoolError/notStarted`` before `start()`; a
+    ///   ``SQLiteError`` when the database could not be read.
+    public func explain(surveyID: String) async throws -> SurveyExplanation {
+        guard let survey = state.withLock({ $0.surveys[surveyID]?.survey }) else {
+            throw SurveyError.unknownSurvey(surveyID)
+        }
         guard let database = context.database() else { throw SpoolError.notStarted }
         let now = database.clock.now
+        let verdict = try await verdict(
+            of: survey.conditions, surveyID: survey.id, at: now, exhaustive: true, in: database)
+        return SurveyExplanation(surveyID: survey.id, evaluatedAt: Date(timeIntervalSince1970: now), verdict: verdict)
+    }
+
+    /// `condition`'s verdict at `now` over what is committed.
+    private func verdict(
+        of condition: SurveyCondition, surveyID: String, at now: Double, exhaustive: Bool, in database: DatabaseQueue
+    ) async throws -> ConditionVerdict {
+        let sessionID = context.session()
+        let identity = context.identity()
         return try await SpoolError.bridgingAsync {
-            try await database.run { try condition.holds(at: .now(now), in: $0) }
+            try await database.run { connection in
+                let history = HistoryAsOf.now(
+                    now, sessionID: sessionID,
+                    identity: EvaluationIdentity(anonymousID: identity.anonymousID, traitsJSON: identity.traitsJSON),
+                    in: connection)
+                return try condition.verdict(over: history, surveyID: surveyID, exhaustive: exhaustive)
+            }
         }
     }
 
@@ -225,137 +297,5 @@ public final class SurveyCenter: Sendable {
 
     func finishAll() {
         triggerCallbacks.finishAll()
-    }
-}
-
-// MARK: - Following delivery
-
-extension SurveyCenter: DeliveryFollower {
-    /// True when some survey could be triggered, so delivery must consult us.
-    var isActive: Bool {
-        state.withLock { !$0.surveys.isEmpty }
-    }
-
-    /// Trigger candidacy and conditions for a group of events, inside the
-    /// group's transaction after its rows are written (the engine's
-    /// `EventLog.GroupReader`): each condition counts the history as the log
-    /// stood at its event — what this group wrote, less the occurrences
-    /// after the event in the group — and nothing else can commit
-    /// meanwhile, not even another process. So "the Nth" is the Nth in log
-    /// order, however events interleave. Each name and window start is
-    /// counted once per group, however many events and surveys ask.
-    func triggered(by events: [StoredEvent], in connection: Connection) -> [[Survey]]? {
-        let candidates = events.map { self.candidates(for: $0.name) }
-        guard candidates.contains(where: { !$0.isEmpty }) else { return nil }
-        var triggered = candidates.map { $0.filter { $0.conditions == .always } }
-        guard candidates.contains(where: { $0.contains { $0.conditions != .always } }) else { return triggered }
-        do {
-            let counts = GroupHistoryCounts(connection, events: events)
-            // Backwards, counting what follows each event as we go.
-            var later = LaterOccurrences(events)
-            for index in events.indices.reversed() {
-                if candidates[index].contains(where: { $0.conditions != .always }) {
-                    let time = EvaluationTime.event(
-                        at: events[index].recordedAt,
-                        later: { name, since in later.count(of: name, since: since, after: index) },
-                        count: counts.count)
-                    triggered[index] = try candidates[index].filter {
-                        try $0.conditions == .always || $0.conditions.holds(at: time, in: connection)
-                    }
-                }
-                later.add(events[index])
-            }
-        } catch {
-            // The events from the one whose conditions failed back to the
-            // first trigger their unconditional surveys only; the events after
-            // it, already checked, keep what they triggered.
-            context.diagnostics.report(
-                .surveyEvaluationFailed, eventCount: events.count, error: error,
-                "survey conditions could not be evaluated")
-        }
-        return triggered
-    }
-
-    /// Fires the triggers ``triggered(by:in:)`` found, in log order (on the
-    /// delivery queue, after the group's listeners).
-    func follow(_ events: [StoredEvent], triggering surveys: [[Survey]]?, allowing allows: (String) -> Bool) {
-        guard let surveys else { return }
-        for (event, surveys) in zip(events, surveys) where !surveys.isEmpty && allows(event.name) {
-            let recorded = RecordedEvent(event, parameters: event.deliveredParameters)
-            for survey in surveys {
-                triggerCallbacks.send(SurveyTrigger(surveyID: survey.id, event: recorded), to: TriggerTopic())
-            }
-        }
-    }
-}
-
-/// History counts inside one group's transaction, where they cannot change:
-/// each name and window start (to the millisecond) is counted once per rule
-/// threshold, however many of the group's events ask.
-private final class GroupHistoryCounts {
-    private struct Key: Hashable {
-        let name: String
-        let since: Double?
-    }
-
-    private let connection: Connection
-    private var known: [Key: (count: Int, cap: Int)] = [:]
-    /// Each name's occurrences in the group: the most a rule's cap grows by
-    /// from one event to another (it adds the occurrences after the event).
-    private let inGroup: [String: Int]
-
-    init(_ connection: Connection, events: [StoredEvent]) {
-        self.connection = connection
-        inGroup = events.reduce(into: [:]) { counts, event in
-            if ReservedEventName.entersHistory(event.name) { counts[event.name, default: 0] += 1 }
-        }
-    }
-
-    /// `Connection.historyCount(of:since:until:cap:)` through the end of the
-    /// log.
-    func count(of name: String, since: Double?, cap: Int) throws -> Int {
-        let key = Key(name: name, since: since.map(HistoryMillisecond.of))
-        // A count below its cap is exact; one at its cap answers any smaller cap.
-        if let known = known[key], known.count < known.cap || cap <= known.cap { return min(known.count, cap) }
-        // Count far enough for every event of the group at once: counting
-        // each event's cap anew would scan the history once per event
-        // (seconds per group for a rule on a name with a long history).
-        let extra = inGroup[name, default: 0]
-        let asked = cap > Int.max - extra ? Int.max : cap + extra
-        let count = try connection.historyCount(of: name, since: since, until: nil, cap: asked)
-        known[key] = (count, asked)
-        return min(count, cap)
-    }
-}
-
-/// Occurrences after an event in its commit group, per name: what the
-/// history already counts but the event must not.
-private struct LaterOccurrences {
-    let events: [StoredEvent]
-    private var counts: [String: Int] = [:]
-    /// The earliest millisecond among the counted events.
-    private var earliest = Double.infinity
-
-    init(_ events: [StoredEvent]) {
-        self.events = events
-    }
-
-    /// Counts `event`, which comes before every event counted so far.
-    mutating func add(_ event: StoredEvent) {
-        guard ReservedEventName.entersHistory(event.name) else { return }
-        counts[event.name, default: 0] += 1
-        earliest = min(earliest, HistoryMillisecond.of(event.recordedAt))
-    }
-
-    /// How many of `name` follow the event at `index` from the millisecond
-    /// of `since` on (nil: all of them), as the history counts them.
-    func count(of name: String, since: Double?, after index: Int) -> Int {
-        guard let since, HistoryMillisecond.of(since) > earliest else { return counts[name, default: 0] }
-        // A later event older than the window (a clock set back): count exactly.
-        let first = HistoryMillisecond.of(since)
-        return events[(index + 1)...].reduce(0) { total, event in
-            ReservedEventName.entersHistory(event.name) && event.name == name
-                && HistoryMillisecond.of(event.recordedAt) >= first ? total + 1 : total
-        }
     }
 }

@@ -9,4 +9,8 @@ public struct SurveyTrigger: Sendable, Hashable {
     public let surveyID: String
     /// The event that made it a candidate.
     public let event: RecordedEvent
+    /// Why it triggered: each condition's value and verdict at the event
+    /// (an `all`'s or `any`'s parts after the one that decided are not
+    /// evaluated). Log it, or print it, to tell why the survey showed.
+    public let explanation: SurveyExplanation
 }
