@@ -10,7 +10,10 @@ final class LoopbackCollector {
 
     /// Nil, with a line saying why `purpose` is skipped, when the script is
     /// not under the current directory or the collector does not start.
-    init?(purpose: String, lifetime: Int = 120) {
+    /// `lean`: every request is answered 200 and logged as its size and
+    /// event count only (no validation, no copy of the body), so the
+    /// collector's own Python costs least.
+    init?(purpose: String, lifetime: Int = 120, lean: Bool = false) {
         let script = "Tests/Collector/collector.py"
         guard FileManager.default.fileExists(atPath: script) else {
             print("skipping \(purpose): run spool-bench from the package root (needs \(script))")
@@ -19,10 +22,11 @@ final class LoopbackCollector {
         _ = FileManager.default.createFile(
             atPath: scratch.url.appendingPathComponent("collector.jsonl").path, contents: nil)
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", script, "--log", scratch.url.appendingPathComponent("collector.jsonl").path, "--lifetime",
-            "\(lifetime)",
-        ]
+        process.arguments =
+            [
+                "python3", script, "--log", scratch.url.appendingPathComponent("collector.jsonl").path, "--lifetime",
+                "\(lifetime)",
+            ] + (lean ? ["--lean"] : [])
         let pipe = Pipe()
         process.standardOutput = pipe
         do { try process.run() } catch {
@@ -44,6 +48,15 @@ final class LoopbackCollector {
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
+
+    /// The events a lean collector counted in what it received, once every
+    /// request was answered (each line of its log is whole).
+    func countedEvents() throws -> Int {
+        try String(contentsOf: log, encoding: .utf8).split(separator: "\n").reduce(0) { total, line in
+            let entry = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            return total + (entry?["events"] as? Int ?? 0)
+        }
+    }
 
     /// SIGKILL: a child can inherit a blocked SIGTERM from this process.
     func stop() {
