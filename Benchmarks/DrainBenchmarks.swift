@@ -274,7 +274,7 @@ struct DrainBenchmarks {
                 area: "upload", name: "end-to-end tail, last record() until the loopback collector has 20k",
                 value: samples.median, unit: "s",
                 detail:
-                    "median of \(tails.count) rounds, interval \(formatNumber(interval.low))–\(formatNumber(interval.high)) s; \(count) events recorded unthrottled while batches of 100 go out gzipped, then flush(); \(formatNumber(Samples(values: requests).median)) requests to the Python collector (--lean), each \(formatNumber(Samples(values: flights).median)) ms in flight and sent \(formatNumber(Samples(values: gaps).median)) ms after the one before (medians)",
+                    "median of \(tails.count) rounds, interval \(formatNumber(interval.low))–\(formatNumber(interval.high)) s; \(count) events recorded unthrottled while batches of 100 go out gzipped, then flush(); \(formatNumber(Samples(values: requests).median)) requests to the lean Python collector, each \(formatNumber(Samples(values: flights).median)) ms in flight and sent \(formatNumber(Samples(values: gaps).median)) ms after the one before (medians)",
                 target: 0.2, comparison: .atMost, low: interval.low, high: interval.high, rounds: tails.count,
                 othersShare: window.othersShare()))
     }

@@ -1,7 +1,7 @@
 import Foundation
 
-/// The test collector (Tests/Collector/collector.py) in a child process on
-/// 127.0.0.1, with a bounded lifetime; `stop()` kills it.
+/// The test collector (Tests/Collector/collector.py, or its lean server) in
+/// a child process on 127.0.0.1, with a bounded lifetime; `stop()` kills it.
 final class LoopbackCollector {
     let process = Process()
     let port: Int
@@ -10,11 +10,12 @@ final class LoopbackCollector {
 
     /// Nil, with a line saying why `purpose` is skipped, when the script is
     /// not under the current directory or the collector does not start.
-    /// `lean`: every request is answered 200 and logged as its size and
-    /// event count only (no validation, no copy of the body), so the
-    /// collector's own Python costs least.
+    /// `lean`: Tests/Collector/lean_collector.py instead, which answers
+    /// every request 200 and logs its size and event count only (no
+    /// validation, no copy of the body), so the collector's own Python
+    /// costs least.
     init?(purpose: String, lifetime: Int = 120, lean: Bool = false) {
-        let script = "Tests/Collector/collector.py"
+        let script = lean ? "Tests/Collector/lean_collector.py" : "Tests/Collector/collector.py"
         guard FileManager.default.fileExists(atPath: script) else {
             print("skipping \(purpose): run spool-bench from the package root (needs \(script))")
             return nil
@@ -22,11 +23,10 @@ final class LoopbackCollector {
         _ = FileManager.default.createFile(
             atPath: scratch.url.appendingPathComponent("collector.jsonl").path, contents: nil)
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments =
-            [
-                "python3", script, "--log", scratch.url.appendingPathComponent("collector.jsonl").path, "--lifetime",
-                "\(lifetime)",
-            ] + (lean ? ["--lean"] : [])
+        process.arguments = [
+            "python3", script, "--log", scratch.url.appendingPathComponent("collector.jsonl").path, "--lifetime",
+            "\(lifetime)",
+        ]
         let pipe = Pipe()
         process.standardOutput = pipe
         do { try process.run() } catch {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small HTTP collector for Spool's upload tests. Loopback only.
 
-    python3 collector.py --log FILE [--port N] [--lean]
+    python3 collector.py --log FILE [--port N]
 
 Prints "PORT <n>" once listening on 127.0.0.1. Every request (any method, any
 path other than POST /_control) is answered according to the current mode and
@@ -13,10 +13,6 @@ format, and appended to FILE as one JSON line:
      "headers": {lower-case name: value},
      "ids": [event ids in the body], "accepted": [ids the collector took],
      "format_errors": [what the body or headers got wrong for the format]}
-
-With --lean (throughput measurements: spool-bench) every request is answered
-200 and logged as {"t", "status", "bytes", "events"} only: "events" counts
-the "id" and "messageId" keys of the body, decoded first when gzipped.
 
 The log survives restarts, so a test can stop the collector ("down") and start
 it again on the same port.
@@ -83,9 +79,6 @@ release = {"status": None, "held": 0}
 taken_keys = set()
 offsets = {"next": 0}
 log_path = None
-# --lean: for throughput measurements (spool-bench), every request is taken,
-# nothing is validated or kept but its size and event count.
-lean = False
 
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 SEGMENT_MAX_REQUEST = 500_000
@@ -253,18 +246,6 @@ def check_kafka(body, headers, errors):
     return ids
 
 
-def count_events(wire, headers):
-    """With --lean: how many events a body holds (its "id" and "messageId"
-    keys), decoded first when gzipped."""
-    body = wire
-    if headers.get("Content-Encoding") == "gzip":
-        try:
-            body = gzip.decompress(wire)
-        except Exception:
-            return 0
-    return body.count(b'"id":"') + body.count(b'"messageId":"')
-
-
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -305,9 +286,6 @@ class Handler(BaseHTTPRequestHandler):
                 held = release["held"]
             return self.answer(200, json.dumps({"held": held}).encode(), content_type="application/json")
 
-        if lean:
-            record({"t": time.time(), "status": 200, "bytes": len(wire), "events": count_events(wire, self.headers)})
-            return self.answer(200)
         with lock:
             path_status = state["path_status"].get(self.path)
             mode = state["mode"]
@@ -494,20 +472,18 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = serve
 
 
-def main():
-    global log_path, lean
+def main(handler=None):
+    """Serves with `handler` (default: Handler) until --lifetime ends."""
+    global log_path
     parser = argparse.ArgumentParser()
     parser.add_argument("--log", required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--lifetime", type=float, default=600, help="exit after this many seconds")
-    parser.add_argument("--lean", action="store_true",
-                        help="answer 200 to everything, logging each request's size and event count only")
     arguments = parser.parse_args()
     log_path = arguments.log
-    lean = arguments.lean
     ThreadingHTTPServer.allow_reuse_address = True
     ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer(("127.0.0.1", arguments.port), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", arguments.port), handler or Handler)
     print("PORT %d" % server.server_address[1], flush=True)
     # Stop by itself even if the test that started it is gone.
     timer = threading.Timer(arguments.lifetime, server.shutdown)
