@@ -1,7 +1,7 @@
 import Foundation
 
-/// The test collector (Tests/Collector/collector.py) in a child process on
-/// 127.0.0.1, with a bounded lifetime; `stop()` kills it.
+/// The test collector (Tests/Collector/collector.py, or its lean server) in
+/// a child process on 127.0.0.1, with a bounded lifetime; `stop()` kills it.
 final class LoopbackCollector {
     let process = Process()
     let port: Int
@@ -10,8 +10,12 @@ final class LoopbackCollector {
 
     /// Nil, with a line saying why `purpose` is skipped, when the script is
     /// not under the current directory or the collector does not start.
-    init?(purpose: String, lifetime: Int = 120) {
-        let script = "Tests/Collector/collector.py"
+    /// `lean`: Tests/Collector/lean_collector.py instead, which answers
+    /// every request 200 and logs its size and event count only (no
+    /// validation, no copy of the body), so the collector's own Python
+    /// costs least.
+    init?(purpose: String, lifetime: Int = 120, lean: Bool = false) {
+        let script = lean ? "Tests/Collector/lean_collector.py" : "Tests/Collector/collector.py"
         guard FileManager.default.fileExists(atPath: script) else {
             print("skipping \(purpose): run spool-bench from the package root (needs \(script))")
             return nil
@@ -44,6 +48,15 @@ final class LoopbackCollector {
     }
 
     var url: URL { URL(string: "http://127.0.0.1:\(port)/collect")! }
+
+    /// The events a lean collector counted in what it received, once every
+    /// request was answered (each line of its log is whole).
+    func countedEvents() throws -> Int {
+        try String(contentsOf: log, encoding: .utf8).split(separator: "\n").reduce(0) { total, line in
+            let entry = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            return total + (entry?["events"] as? Int ?? 0)
+        }
+    }
 
     /// SIGKILL: a child can inherit a blocked SIGTERM from this process.
     func stop() {

@@ -85,6 +85,12 @@ struct Calibration: Codable {
 
     static let iterations = 20_000_000
 
+    /// The calibration in one phrase, for a row measured beside it.
+    var summary: String {
+        "calibration loop \(formatNumber(single)) ms alone, \(formatNumber(allCores)) ms on every core, others "
+            + (othersShare.map(formatPercent) ?? "n/a")
+    }
+
     static func measure(_ label: String) -> Calibration {
         let start = MachineSnapshot.take()
         let single = (0..<3).map { _ in timeLoop(copies: 1) }.min()!

@@ -90,11 +90,20 @@ if let phase {
     case "footprint-drain": try await FootprintBenchmarks.drain(phaseDatabase!)
     case "open-check": try await OpenCheckBenchmarks.measure(phaseDatabase!)
     case "caller":
-        // record()'s caller side alone, for a profiler.
-        let caller = try await callerSide(2_000_000)
+        // record()'s caller side alone: a target row (the burst area runs
+        // it in a fresh process), and a loop for a profiler.
+        let calls = quick ? 500_000 : 2_000_000
+        let caller = try await callerSide(calls)
         print(
             "caller side, no append:", formatNumber(caller.wall), "µs; fastest 10,000 calls",
             formatNumber(caller.fastest), "µs each")
+        report.add(
+            Row(
+                area: "burst", name: "caller cost per record(10 parameters), fastest 10,000 calls",
+                value: caller.fastest, unit: "µs",
+                detail:
+                    "--phase caller: \(calls) calls on an opted-out engine (validate, encode, gates; no append), the fastest run of 10,000; mean \(formatNumber(caller.wall)) µs",
+                target: 1.5, comparison: .atMost))
     case "caller-append":
         // record()'s whole caller side, append included, on one thread with
         // the writer held back until the calls end: for A/B runs of caller
@@ -136,7 +145,7 @@ if let phase {
         // `--variant stop` stops itself (SIGSTOP) so that a profiler can
         // attach, then drains on SIGCONT; `--variant format[-stop]` drains
         // varied events through the Spool format (or `format-segment`,
-        // `format-kafka-rest`) and a stub transport.
+        // `format-kafka-rest`; `-gzip` gzips them) and a stub transport.
         let stop = {
             guard variant?.hasSuffix("stop") == true else { return }
             FileHandle.standardOutput.write(Data("FILLED \(getpid())\n".utf8))
@@ -152,12 +161,16 @@ if let phase {
                 } ?? ("Spool", SpoolBatchFormat.spool)
             let backlog = try await formats.fill(count: 200_000, format: format)
             rate = try await formats.drain(
-                backlog, count: 200_000, format: format, compression: .identity,
+                backlog, count: 200_000, format: format,
+                compression: variant?.contains("gzip") == true ? .gzip : .identity,
                 stub: UploadFormatBenchmarks.StubTransport(), beforeDrain: stop)
         } else {
             rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000, beforeDrain: stop)
         }
         print("drain:", formatNumber(rate), "events/s")
+    case "tail":
+        // The end-to-end tail alone (its row), for a profiler.
+        try await DrainBenchmarks(quick: quick, report: report).tail()
     case "upload-memory":
         try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
     case "pipeline-caller":

@@ -64,6 +64,26 @@ extension Connection {
         }
     }
 
+    /// Where `consumer` stands, in one statement and without a
+    /// transaction: its position, its lease (nil when nobody holds one) and
+    /// whether uploads are paused; nil without a consumer row. What the
+    /// uploader checks before it sends a batch it read while another request
+    /// was in flight.
+    package func standing(of consumer: String) throws -> (
+        position: Int64, lease: ConsumerLease?, uploadsPaused: Bool
+    )? {
+        try withStatement(
+            "SELECT position, lease_owner, lease_expires, EXISTS (SELECT 1 FROM upload_pause) FROM consumers WHERE id = ?"
+        ) { statement in
+            try statement.bind(consumer, at: 1)
+            guard try statement.step() else { return nil }
+            let lease =
+                statement.isNull(at: 1)
+                ? nil : ConsumerLease(owner: statement.string(at: 1), expires: statement.double(at: 2))
+            return (statement.int64(at: 0), lease, statement.int(at: 3) != 0)
+        }
+    }
+
     /// The lease on `consumer`, if anyone holds one (expired or not).
     package func lease(of consumer: String) throws -> ConsumerLease? {
         try withStatement("SELECT lease_owner, lease_expires FROM consumers WHERE id = ?") { statement in

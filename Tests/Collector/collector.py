@@ -472,7 +472,8 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = serve
 
 
-def main():
+def main(handler=None):
+    """Serves with `handler` (default: Handler) until --lifetime ends."""
     global log_path
     parser = argparse.ArgumentParser()
     parser.add_argument("--log", required=True)
@@ -482,7 +483,7 @@ def main():
     log_path = arguments.log
     ThreadingHTTPServer.allow_reuse_address = True
     ThreadingHTTPServer.daemon_threads = True
-    server = ThreadingHTTPServer(("127.0.0.1", arguments.port), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", arguments.port), handler or Handler)
     print("PORT %d" % server.server_address[1], flush=True)
     # Stop by itself even if the test that started it is gone.
     timer = threading.Timer(arguments.lifetime, server.shutdown)

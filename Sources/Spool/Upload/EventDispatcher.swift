@@ -39,6 +39,8 @@ public typealias DispatchCompletionHandler = @Sendable (DispatchOutcome) -> Void
 ///   thread, with what happened. Never report success for a response that
 ///   was not 2xx: Spool deletes what it believes was delivered.
 /// - It must not block the calling thread for the duration of the request.
+///   Spool calls it from a task of its own, never on its database queue, one
+///   batch at a time, and prepares the next batch meanwhile.
 /// - `flushEvents()` asks for queued events to go out now. Spool's engine
 ///   calls it as a signal only; a dispatcher without its own queue can ignore it.
 public protocol EventDispatcher: Sendable {

@@ -122,11 +122,15 @@ struct UploadClient: Sendable {
         }
     }
 
-    /// The request for an uncompressed `body`, built on the spot; nil when
-    /// the header provider must be asked first.
-    func immediateRequest(url: URL, body: Data, eventCount: Int, tag: Tag?) -> UploadRequest? {
+    /// The request for `body` as it is (gzipped already when `compressed`),
+    /// built on the spot; nil when the header provider must be asked first.
+    func immediateRequest(url: URL, body: Data, compressed: Bool = false, eventCount: Int, tag: Tag?)
+        -> UploadRequest?
+    {
         guard options.headerProvider == nil else { return nil }
-        return request(url: url, headers: fixedHeaders, body: body, eventCount: eventCount, tag: tag)
+        var headers = fixedHeaders
+        if compressed { headers["Content-Encoding"] = "gzip" }
+        return request(url: url, headers: headers, body: body, eventCount: eventCount, tag: tag)
     }
 
     /// A request with this client's timeout and network policy, tagged
@@ -143,10 +147,11 @@ struct UploadClient: Sendable {
             allowsConstrainedNetworkAccess: options.allowsConstrainedNetworkAccess)
     }
 
-    /// A callback transport's result as an answer to an uncompressed request.
-    static func answer(_ result: Result<UploadResponse, any Error>) -> Answer {
+    /// A callback transport's result as an answer to a request whose body
+    /// was gzipped when `compressed`.
+    static func answer(_ result: Result<UploadResponse, any Error>, compressed: Bool = false) -> Answer {
         switch result {
-        case .success(let response): return .response(response, compressed: false)
+        case .success(let response): return .response(response, compressed: compressed)
         case .failure(let error): return .failed(String(describing: error))
         }
     }

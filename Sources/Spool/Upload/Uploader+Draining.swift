@@ -30,11 +30,18 @@ extension Uploader {
 
     func drain(force: Bool) async throws {
         // Each database call saves the previous batch's success, renews the
-        // lease and reads the next batch, in one transaction.
+        // lease and reads the next batch, in one transaction; while a request
+        // is in flight, the batch after it is read that way and gzipped
+        // (``send(_:gzipped:preparing:)``), and sent next if the answer
+        // leaves it next (``takePrepared(_:after:)``).
         var uploaded: (first: Int64, last: Int64)?
         // The hand-off whose events `uploaded` are: deleted with the save.
         var settled: String?
-        while !closed {
+        var prepared: Prepared?
+        defer { if let prepared { discard(prepared) } }
+        // `pauses`: erasure, a consent withdrawal or a pause waits for the
+        // request in flight only.
+        while !closed, pauses == 0 {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if uploaded == nil, let outcome = try await settleNextReport() {
                 if case .uploaded(let first, let last, let batchID) = outcome {
@@ -48,8 +55,14 @@ extension Uploader {
                 break  // an unmetered path triggers the next pass
             }
             if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
-            let step = try saveAndRead(uploaded, handoff: settled)
-            (uploaded, settled) = (nil, nil)
+            let ready = try takePrepared(&prepared, after: uploaded)
+            let step: Step
+            if let ready {
+                step = .batch(ready.batch)  // `uploaded` is saved by the next read
+            } else {
+                step = try saveAndRead(uploaded, handoff: settled)
+                (uploaded, settled) = (nil, nil)
+            }
             switch step {
             case .empty:
                 // Drained: the file gives back what the queue no longer needs.
@@ -71,9 +84,17 @@ extension Uploader {
             case .batch(let batch):
                 if let handoffs, handoffs.wanted() {
                     try await handOff(batch, handoffs)
-                    return try waitForSystem(nil, force: false)
+                    return try waitForSystem(nil, force: false, saving: uploaded, settled: settled)
                 }
-                if try await send(batch) { uploaded = (batch.first, batch.last) }
+                // The read ahead saves what waits to be saved; with nothing
+                // after this batch it is not asked for.
+                let ahead =
+                    uploaded != nil || signals.withLock({ $0.head }) > batch.last
+                    ? ReadAhead(after: batch.last, saving: uploaded, handoff: settled) : nil
+                let sent = try await send(batch, gzipped: ready?.gzipped, preparing: ahead)
+                if ahead != nil { (uploaded, settled) = (nil, nil) }
+                prepared = sent.prepared
+                if sent.accepted { uploaded = (batch.first, batch.last) }
             }
         }
         if let uploaded { _ = try saveAndRead(uploaded, handoff: settled, read: false) } else { try saveNotes() }
@@ -82,8 +103,10 @@ extension Uploader {
     /// The batch the system was given is settled by its report: the pass
     /// ends, giving the lease up. An explicit flush hears why its events
     /// are still queued.
-    private func waitForSystem(_ handoff: Handoff?, force: Bool) throws {
-        _ = try saveAndRead(nil, read: false)
+    private func waitForSystem(
+        _ handoff: Handoff?, force: Bool, saving uploaded: (first: Int64, last: Int64)? = nil, settled: String? = nil
+    ) throws {
+        _ = try saveAndRead(uploaded, handoff: settled, read: false)
         guard force, let handoff else { return }
         throw UploadError.retryable(
             "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
@@ -116,13 +139,29 @@ extension Uploader {
     func saveAndRead(_ uploaded: (first: Int64, last: Int64)?, handoff: String? = nil, read: Bool = true) throws
         -> Step
     {
-        let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         // A batch read from a file that was since salvaged (positions closed
         // up) is not saved: its positions are not the new file's. Its events
         // are sent again (at least once).
         let generation = log.database.fileGeneration
         let uploaded = generation == readGeneration ? uploaded : nil
         readGeneration = generation
+        return try save(uploaded, handoff: handoff, thenRead: read ? .atPosition : nil)
+    }
+
+    /// Where ``save(_:handoff:thenRead:)`` reads once it has saved.
+    enum ReadPoint: Equatable {
+        /// After the position in the database; the lease is given up when
+        /// the pass ends.
+        case atPosition
+        /// After `last`, the batch in flight (or after the position, when the
+        /// queue bound moved it further); the lease is kept for that request.
+        case after(Int64)
+    }
+
+    /// ``saveAndRead(_:handoff:read:)``'s transaction, reading at `point`
+    /// (nil: nothing, and the lease is given up).
+    func save(_ uploaded: (first: Int64, last: Int64)?, handoff: String?, thenRead point: ReadPoint?) throws -> Step {
+        let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let records = unsavedRecords
         let (step, position, head, passed, wroteRecords, settled) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool, Bool) in
@@ -139,7 +178,7 @@ extension Uploader {
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
-                let step = try nextStep(read ? position : nil, connection, consumer, owner, settings, format)
+                let step = try nextStep(point, position, connection, consumer, owner, settings, format)
                 // The records of requests are written in groups, and when the
                 // pass ends: each write rewrites the newest and the oldest
                 // pages of `upload_batches`, whose rows are a few kilobytes.
@@ -150,7 +189,7 @@ extension Uploader {
         }
         if wroteRecords { recordsWritten(records.count) }
         if settled, let handoff { transferFiles?.delete(only: handoff) }
-        if read { signals.withLock { $0.paused = step.isPaused } }
+        if point != nil { signals.withLock { $0.paused = step.isPaused } }
         counters.uploaded -= Int(passed)
         signals.withLock { signals in
             signals.position = position
@@ -163,22 +202,24 @@ extension Uploader {
     /// `upload_batches`; a pass writes what waits when it ends.
     static let recordsPerWrite = 16
 
-    /// Inside the transaction of ``saveAndRead(_:read:)``: takes or renews
-    /// the lease and reads the batch after `position`; with nothing to read
-    /// (or `position` nil: the pass ends), gives the lease up.
+    /// Inside the transaction of ``save(_:handoff:thenRead:)``: takes or
+    /// renews the lease and reads the batch at `point`; with nothing to read
+    /// there (or `point` nil: the pass ends), gives the lease up, unless a
+    /// request is in flight (`.after`).
     private nonisolated func nextStep(
-        _ position: Int64?, _ connection: Connection, _ consumer: String, _ owner: String, _ settings: Settings,
-        _ format: any BatchFormat
+        _ point: ReadPoint?, _ position: Int64, _ connection: Connection, _ consumer: String, _ owner: String,
+        _ settings: Settings, _ format: any BatchFormat
     ) throws -> Step {
-        guard let position else {
+        guard let point else {
             try connection.releaseLease(consumer, owner: owner)
             return .empty
         }
+        let ending = point == .atPosition
         // One query for the pause and the hand-offs: both are rare, and this
         // runs for every batch.
         let gates = try connection.uploadGates()
         if gates.paused {
-            try connection.releaseLease(consumer, owner: owner)
+            if ending { try connection.releaseLease(consumer, owner: owner) }
             return .paused
         }
         if let lease = try connection.acquireLease(
@@ -187,13 +228,15 @@ extension Uploader {
             return .heldElsewhere(lease)
         }
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
+        var after = position
+        if case .after(let last) = point { after = max(position, last) }
         switch try UploadBatch.read(
-            after: position, limit: settings.batchSize, anyFormat: format, now: now, from: connection)
+            after: after, limit: settings.batchSize, anyFormat: format, now: now, from: connection)
         {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
-            try connection.releaseLease(consumer, owner: owner)
+            if ending { try connection.releaseLease(consumer, owner: owner) }
             return .empty
         }
     }

@@ -35,14 +35,28 @@ extension Uploader {
         }
     }
 
-    /// Sends one batch and settles its events.
+    /// Sends one batch and settles its events. With `ahead`, the batch after
+    /// it is read (saving the accepted batch before it) while the request is
+    /// in flight, and gzipped on another thread; the answer is acted on once
+    /// that read is done, so the database sees the saves in log order.
     ///
-    /// - Returns: true when the collector took the whole batch (its position
-    ///   is saved with the next read); false when it was settled here.
-    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
-    func send(_ batch: UploadBatch) async throws -> Bool {
+    /// - Parameter gzipped: the body gzipped already (a batch read ahead).
+    /// - Returns: `accepted`: the collector took the whole batch (its
+    ///   position is saved with the next read); false when it was settled
+    ///   here. `prepared`: the batch read ahead, if one was.
+    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued;
+    ///   the read ahead's error once the answer is acted on.
+    func send(_ batch: UploadBatch, gzipped: Task<Data?, Never>? = nil, preparing ahead: ReadAhead? = nil)
+        async throws -> (accepted: Bool, prepared: Prepared?)
+    {
+        async let preparation = prepare(ahead)
         var compress = compresses
-        var exchanged = await exchange(batch, compress: compress)
+        var stored: StoredBody?
+        if compress, let gzipped, let body = await gzipped.value {
+            stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
+        }
+        var exchanged = await exchange(batch, compress: compress, stored: stored)
+        let prepared = await preparation
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
             response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
         {
@@ -57,7 +71,14 @@ extension Uploader {
                 try learnGzipRefused(status: response.status)
             }
         }
-        return try await act(on: exchanged, for: batch, compress: compress)
+        let accepted: Bool
+        do {
+            accepted = try await act(on: exchanged, for: batch, compress: compress)
+        } catch {
+            if case .success(let unsent?) = prepared { discard(unsent) }
+            throw error
+        }
+        return (accepted, try prepared.get())
     }
 
     /// Acts on the answer to `batch`'s request. With `handoff` (the batch
@@ -205,33 +226,61 @@ extension Uploader {
                 }
                 if first { continuation.resume(returning: answer) }
             }
-            // What stops the request early, and who was asked.
-            let stop: @Sendable () -> Void
             let sender: String
+            if case .dispatcher = client.sender { sender = "dispatcher" } else { sender = "transport" }
+            // Once the request is out: unless it was answered at once (then
+            // it needs neither a way to abandon it nor a timer), `stop` is
+            // what stops it early, the app's suspension abandons it, and the
+            // dispatch timeout gives up on it.
+            let watch: @Sendable (@escaping @Sendable () -> Void) -> Void = { [inFlightAbandon, log] stop in
+                let answered = state.withLock { state in
+                    if !state.answered { state.stop = stop }
+                    return state.answered
+                }
+                guard !answered else { return }
+                let cancel: @Sendable () -> Void = { state.withLock { $0.stop }?() }
+                inFlightAbandon.withLock { abandon in
+                    abandon = {
+                        cancel()
+                        finish(.failed("abandoned: the app was about to be suspended"))
+                    }
+                }
+                // A dispatch timer: it touches no database state, so it fires
+                // while suspended without asking for a background window.
+                log.database.timer(after: timeout) { _ in
+                    cancel()
+                    finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
+                }
+            }
             switch client.sender {
             case .dispatcher(let dispatcher):
-                // Called from here: a dispatcher that answers at once costs
-                // no thread hop.
-                (stop, sender) = ({}, "dispatcher")
                 let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
-                dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
+                // Unstructured and detached: the dispatcher is the app's
+                // code, which never runs on the database queue; the queue
+                // reads the next batch meanwhile. It answers through `finish`.
+                Task.detached {
+                    dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
+                    watch({})
+                }
             case .transport(let transport):
-                sender = "transport"
-                if let stored {
+                let compressed = stored?.compressed ?? false
+                if stored != nil || !compress, let callback = client.callbackTransport,
+                    let request = client.immediateRequest(
+                        url: url, body: stored?.body ?? batch.body, compressed: compressed, eventCount: batch.count,
+                        tag: tag)
+                {
+                    // Nothing to do off the database queue (the body is
+                    // final, no header provider): sent from here, and the
+                    // answer comes back with one hop.
+                    watch(callback.send(request) { finish(UploadClient.answer($0, compressed: compressed)) })
+                } else if let stored {
                     let task = Task {
                         finish(
                             await client.exchangeStored(
                                 through: transport, url: url, body: stored.body, compressed: stored.compressed,
                                 eventCount: batch.count, tag: tag))
                     }
-                    stop = { task.cancel() }
-                } else if !compress, let callback = client.callbackTransport,
-                    let request = client.immediateRequest(
-                        url: url, body: batch.body, eventCount: batch.count, tag: tag)
-                {
-                    // Nothing to do off the database queue: sent from here,
-                    // and the answer comes back with one hop.
-                    stop = callback.send(request) { finish(UploadClient.answer($0)) }
+                    watch { task.cancel() }
                 } else {
                     // A task, not structured work: gzip and the header provider
                     // run off the database queue, and a transport that ignores
@@ -242,28 +291,8 @@ extension Uploader {
                                 through: transport, url: url, body: batch.body, eventCount: batch.count,
                                 compress: compress, tag: tag))
                     }
-                    stop = { task.cancel() }
+                    watch { task.cancel() }
                 }
-            }
-            // A dispatcher or transport that answered at once needs neither
-            // a way to abandon the request nor a timer.
-            let answered = state.withLock { state in
-                if !state.answered { state.stop = stop }
-                return state.answered
-            }
-            guard !answered else { return }
-            let cancel: @Sendable () -> Void = { state.withLock { $0.stop }?() }
-            inFlightAbandon.withLock { abandon in
-                abandon = {
-                    cancel()
-                    finish(.failed("abandoned: the app was about to be suspended"))
-                }
-            }
-            // A dispatch timer: it touches no database state, so it fires
-            // while suspended without asking for a background window.
-            log.database.timer(after: timeout) { _ in
-                cancel()
-                finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
             }
         }
         inFlightAbandon.withLock { $0 = nil }

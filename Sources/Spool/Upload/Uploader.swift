@@ -65,6 +65,8 @@ actor Uploader {
     /// Gives up on the request in flight, if any (the app is about to be
     /// suspended): it is answered as failed and its events stay queued.
     nonisolated let inFlightAbandon = Protected<(@Sendable () -> Void)?>(nil)
+    /// How the read ahead of the next batch went (``PipelineCounts``).
+    nonisolated let pipeline = Protected(PipelineCounts())
 
     private var running = false
     private var rerun = false
@@ -84,8 +86,9 @@ actor Uploader {
     private nonisolated let timerStopped = Protected(false)
     var random = FastRandom()
     var closed = false
-    /// Holds from ``pause()``: while above zero no pass starts.
-    private var pauses = 0
+    /// Holds from ``pause()``: while above zero no pass starts, and the
+    /// pass running ends after its request in flight.
+    var pauses = 0
     /// A trigger arrived while paused: run once resumed.
     private var triggeredWhilePaused = false
     var counters = (uploaded: 0, requests: 0, failedRequests: 0)
@@ -310,6 +313,8 @@ actor Uploader {
     }
 
     /// Flush passes, one at a time, until no trigger arrived during the last.
+    /// A ``pause()`` ends the pass after the request in flight; its callers
+    /// and triggers wait for the pass after ``resume()``.
     private func run(force: Bool) async {
         var force = force
         repeat {
@@ -323,10 +328,18 @@ actor Uploader {
             } catch {
                 result = .failure(error)
             }
-            for waiter in waiters { waiter.resume(with: result) }
+            if pauses > 0, !closed, case .success = result {
+                waiting = waiters + waiting
+            } else {
+                for waiter in waiters { waiter.resume(with: result) }
+            }
             force = rerunForced
             rerunForced = false
-        } while (rerun || !waiting.isEmpty) && !closed
+        } while (rerun || !waiting.isEmpty) && !closed && pauses == 0
+        if pauses > 0, rerun || !waiting.isEmpty {
+            triggeredWhilePaused = true
+            rerunForced = rerunForced || force
+        }
         running = false
         resumeStopped()
     }
