@@ -13,7 +13,7 @@ import SpoolStorage
 // (Noise.swift) and printed on one line.
 
 let usage = """
-    usage: spool-bench [--quick] [--output PATH] [--only append|burst|footprint|listen|upload|history|drain|curves]
+    usage: spool-bench [--quick] [--output PATH] [--only append|burst|footprint|listen|upload|encryption|history|drain|curves]
                        [--svg FILE] [--compare OLD.json]
            spool-bench --svg FILE --from RESULTS.json
            spool-bench --compare OLD.json --to NEW.json
