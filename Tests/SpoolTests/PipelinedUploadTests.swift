@@ -145,6 +145,29 @@ struct PipelinedUploadTests {
     }
 
     @Test(
+        "W6, W1: another engine on the file pauses uploads while the next batch is prepared: the request in flight finishes, the prepared batch is not sent"
+    )
+    func pauseElsewhereWhilePrepared() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let (engine, uploader, ids) = try await Self.heldWithNextPrepared(directory, collector, events: 29)
+        let other = Self.engine(directory, collector)
+        try await other.start()
+        try await other.pauseUploads()
+        try await collector.control(["release": 200])
+        #expect(try await waitUntil { uploader.pipeline.withLock { $0.discarded } == 1 })
+        #expect(try await engine.uploadStatistics().paused)
+        #expect(collector.requests().count == 1, "the prepared batch went after another engine paused uploads")
+
+        try await other.resumeUploads()
+        try await flushUntilDone(engine)
+        let delivered = Self.delivered(collector)
+        #expect(delivered.filter(Set(ids).contains) == ids, "lost or sent twice")
+        await other.close()
+        await engine.close()
+    }
+
+    @Test(
         "W6, L3: withdrawing consent or erasing while the next batch is prepared: the request in flight finishes, nothing recorded before is sent after, nothing twice",
         arguments: ["withdrawConsent", "eraseAllData"])
     func privacyWhilePrepared(_ call: String) async throws {

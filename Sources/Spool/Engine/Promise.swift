@@ -2,7 +2,7 @@ import SpoolStorage
 
 /// A value that arrives once, from any thread, for any number of awaiting
 /// tasks: what became of an event waiting for a session, the position a
-/// consent withdrawal discards through.
+/// consent withdrawal discards through, a request body gzipped ahead.
 final class Promise<Value: Sendable>: Sendable {
     private let state = Protected<(value: Value?, waiting: [CheckedContinuation<Value, Never>])>((nil, []))
 
@@ -17,6 +17,11 @@ final class Promise<Value: Sendable>: Sendable {
             return state.waiting
         }
         for continuation in waiting { continuation.resume(returning: value) }
+    }
+
+    /// The value if it has arrived, without waiting for it.
+    var arrived: Value? {
+        state.withLock { $0.value }
     }
 
     /// The value, once fulfilled.

@@ -4,6 +4,8 @@ import SpoolStorage
 /// Pipelined preparation: while a request is in flight, the batch after it
 /// is read (in the transaction that saves the batch before it) and gzipped
 /// on another thread, so the next request goes as soon as the answer allows.
+/// While the request's own body is still being gzipped, the read comes
+/// first, so that reading and gzipping overlap when answers come at once.
 ///
 /// One request is in flight at a time, so the collector receives events in
 /// log order and answers are settled in log order. The batch read ahead is
@@ -25,9 +27,9 @@ extension Uploader {
         let batch: UploadBatch
         /// The database file it was read from (``DatabaseQueue/fileGeneration``).
         let generation: Int
-        /// Its body gzipped, on another thread; nil when requests are not
-        /// gzipped (or not through a transport).
-        let gzipped: Task<Data?, Never>?
+        /// Its body gzipped, on another thread (nil inside: zlib failed);
+        /// nil when requests are not gzipped (or not through a transport).
+        let gzipped: Promise<Data?>?
     }
 
     /// What to read ahead of the request in flight, and the accepted batch
@@ -66,27 +68,17 @@ extension Uploader {
         guard case .batch(let batch) = try save(saving, handoff: ahead.handoff, thenRead: .after(ahead.after))
         else { return nil }
         pipeline.withLock { $0.prepared += 1 }
-        var gzipped: Task<Data?, Never>?
+        var gzipped: Promise<Data?>?
         if compresses, case .transport = client.sender {
-            let body = batch.body
+            let (body, promise) = (batch.body, Promise<Data?>())
             // Unstructured: the body is gzipped while the request before it
             // is answered and settled, past the end of this call, and the
             // pass awaits it when the batch's turn comes. Detached: off the
             // database queue.
-            gzipped = Task.detached { Gzip.compress(body) }
+            Task.detached { promise.fulfill(Gzip.compress(body)) }
+            gzipped = promise
         }
         return Prepared(after: ahead.after, batch: batch, generation: generation, gzipped: gzipped)
-    }
-
-    /// ``readAhead(_:)`` for a request about to go, when there is anything
-    /// to read ahead.
-    nonisolated func prepare(_ ahead: ReadAhead?) async -> Result<Prepared?, any Error> {
-        guard let ahead else { return .success(nil) }
-        do {
-            return .success(try await readAhead(ahead))
-        } catch {
-            return .failure(error)
-        }
     }
 
     /// Takes `prepared` if it is still the next batch to send after

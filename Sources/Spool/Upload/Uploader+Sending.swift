@@ -37,26 +37,37 @@ extension Uploader {
 
     /// Sends one batch and settles its events. With `ahead`, the batch after
     /// it is read (saving the accepted batch before it) while the request is
-    /// in flight, and gzipped on another thread; the answer is acted on once
+    /// in flight — or, while this batch's own gzip is still running, before
+    /// it goes — and gzipped on another thread; the answer is acted on once
     /// that read is done, so the database sees the saves in log order.
     ///
-    /// - Parameter gzipped: the body gzipped already (a batch read ahead).
+    /// - Parameter gzipped: the body being gzipped already (a batch read
+    ///   ahead).
     /// - Returns: `accepted`: the collector took the whole batch (its
     ///   position is saved with the next read); false when it was settled
     ///   here. `prepared`: the batch read ahead, if one was.
     /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
-    func send(_ batch: UploadBatch, gzipped: Task<Data?, Never>? = nil, preparing ahead: ReadAhead? = nil)
+    func send(_ batch: UploadBatch, gzipped: Promise<Data?>? = nil, preparing ahead: ReadAhead? = nil)
         async throws -> (accepted: Bool, prepared: Prepared?)
     {
-        async let preparation = prepare(ahead)
+        var prepared: Result<Prepared?, any Error> = .success(nil)
+        var toRead = ahead
         var compress = compresses
         var stored: StoredBody?
-        if compress, let gzipped, let body = await gzipped.value {
-            stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
+        if compress, let gzipped {
+            // Its gzip still runs: the next batch is read meanwhile.
+            if gzipped.arrived == nil, let early = toRead {
+                toRead = nil
+                prepared = Result { try readAhead(early) }
+            }
+            if let body = await gzipped.value {
+                stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
+            }
         }
-        var exchanged = await exchange(batch, compress: compress, stored: stored)
-        let prepared = await preparation
+        var exchanged = await exchange(batch, compress: compress, stored: stored) {
+            if let late = toRead { prepared = Result { try readAhead(late) } }
+        }
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
             response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
         {
@@ -208,7 +219,9 @@ extension Uploader {
     /// dispatcher, waiting at most `dispatchTimeout` (a later answer is
     /// ignored: the lease must outlive every request). With `stored`, that
     /// body goes instead, through the transport, under its batch id.
-    func exchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil) async -> Exchange {
+    func exchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil, meanwhile: () -> Void = {})
+        async -> Exchange
+    {
         let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
         let tag = stored?.tag ?? nextTag(for: batch)
         let sentAt = now
@@ -294,6 +307,8 @@ extension Uploader {
                     watch { task.cancel() }
                 }
             }
+            // The request is out (or answered already).
+            meanwhile()
         }
         inFlightAbandon.withLock { $0 = nil }
         let compressed: Bool
