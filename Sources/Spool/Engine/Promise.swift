@@ -26,14 +26,19 @@ final class Promise<Value: Sendable>: Sendable {
 
     /// The value, once fulfilled.
     var value: Value {
-        get async {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { state -> Value? in
-                    if state.value == nil { state.waiting.append(continuation) }
-                    return state.value
-                }
-                if let ready { continuation.resume(returning: ready) }
+        get async { await value() }
+    }
+
+    /// The value, once fulfilled, awaited on the caller's actor: no hop to
+    /// another thread and back while it waits (an actor on the database
+    /// queue stays there).
+    func value(isolation: isolated (any Actor)? = #isolation) async -> Value {
+        await withCheckedContinuation(isolation: isolation) { continuation in
+            let ready = state.withLock { state -> Value? in
+                if state.value == nil { state.waiting.append(continuation) }
+                return state.value
             }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 }

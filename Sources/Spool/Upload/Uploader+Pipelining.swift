@@ -53,6 +53,11 @@ extension Uploader {
         var discarded = 0
     }
 
+    /// Where bodies read ahead are gzipped while the database queue goes
+    /// on: one serial queue, so that a gzip never competes with another
+    /// for the cores the database queue needs.
+    static let compression = DispatchQueue(label: "spool.gzip", qos: .utility)
+
     /// In the transaction that saves `ahead.saving`: renews the lease and
     /// reads the batch after the one in flight, keeping the lease whatever
     /// it finds (the request in flight needs it). The body is gzipped on
@@ -71,11 +76,7 @@ extension Uploader {
         var gzipped: Promise<Data?>?
         if compresses, case .transport = client.sender {
             let (body, promise) = (batch.body, Promise<Data?>())
-            // Unstructured: the body is gzipped while the request before it
-            // is answered and settled, past the end of this call, and the
-            // pass awaits it when the batch's turn comes. Detached: off the
-            // database queue.
-            Task.detached { promise.fulfill(Gzip.compress(body)) }
+            Self.compression.async { promise.fulfill(Gzip.compress(body)) }
             gzipped = promise
         }
         return Prepared(after: ahead.after, batch: batch, generation: generation, gzipped: gzipped)

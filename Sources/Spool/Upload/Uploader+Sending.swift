@@ -61,7 +61,11 @@ extension Uploader {
                 toRead = nil
                 prepared = Result { try readAhead(early) }
             }
-            if let body = await gzipped.value {
+            // Looked at first: awaiting even a value that is there costs a
+            // turn of the database queue.
+            let body: Data?
+            if let arrived = gzipped.arrived { body = arrived } else { body = await gzipped.value() }
+            if let body {
                 stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
             }
         }
