@@ -119,7 +119,7 @@ public final class SurveyCenter: Sendable {
     }
 
     /// Removes a survey; unknown ids are ignored. The property values only
-    /// it declared are no longer kept for events recorded from then on.
+    /// it declared are not kept for the events recorded after it.
     public func unregister(_ surveyID: String) {
         let kept = state.withLock { state in
             state.surveys.removeValue(forKey: surveyID) != nil ? state.rebuild() : nil
