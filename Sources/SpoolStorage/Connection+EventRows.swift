@@ -32,14 +32,15 @@ extension Connection {
     /// splicing these bytes, never by decoding and re-encoding them. Stops
     /// early when `body` returns false.
     ///
-    /// Sealed values are opened first (an identity's and a context's once
-    /// per call). An event with a value that will not open is passed over
-    /// and set aside in the dead letters (``setAsideUndecryptable(_:now:)``).
+    /// With a sealer, rows are read in chunks whose sealed values are opened
+    /// first (``OpenedEventRows``), with the sealer's keys as they are when
+    /// the call starts. An event with a value that will not open is passed
+    /// over and set aside in the dead letters
+    /// (``setAsideUndecryptable(_:now:)``).
     package func forEachEventRow(
         after position: Int64, limit: Int, now: Double, _ body: (EventRowView) throws -> Bool
     ) throws {
         var closed: [Int64] = []
-        var sealedRows = SealedRowCache()
         try withStatement(
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
@@ -51,107 +52,48 @@ extension Connection {
         ) { statement in
             try statement.bind(position, at: 1)
             try statement.bind(limit, at: 2)
+            if let sealing {
+                var rows = OpenedEventRows(sealing)
+                defer { rows.deallocate() }
+                try rows.forEach(in: statement, on: self, closed: &closed, body)
+                return
+            }
             while try statement.step() {
-                let row = EventRowView(
-                    seq: statement.int64(at: 0), id: statement.bytes(at: 1), name: statement.bytes(at: 2),
-                    recordedAt: statement.double(at: 3),
-                    session: statement.isNull(at: 4) ? nil : statement.bytes(at: 4),
-                    parameters: statement.bytes(at: 5), type: statement.bytes(at: 6),
-                    target: statement.optionalBytes(at: 7), anonymousID: statement.optionalBytes(at: 8),
-                    userID: statement.optionalBytes(at: 9), traits: statement.optionalBytes(at: 10),
-                    context: statement.optionalBytes(at: 11))
-                let sealed = (statement.blob(at: 14), statement.blob(at: 15), statement.blob(at: 16))
-                if sealed.0 == nil && sealed.1 == nil && sealed.2 == nil {
-                    guard try body(row) else { return }
+                guard Self.sealedValues(statement) == nil else {
+                    // Sealed, and no sealer to open it.
+                    closed.append(statement.int64(at: 0))
                     continue
                 }
-                guard
-                    let opened = sealedRows.open(
-                        row, sealed: sealed, identity: statement.int64(at: 12), context: statement.int64(at: 13),
-                        on: self)
-                else {
-                    closed.append(row.seq)
-                    continue
-                }
-                guard try opened.with(row, body) else { return }
+                guard try body(Self.eventRow(statement)) else { return }
             }
         }
         try setAsideUndecryptable(closed, now: now)
     }
-}
 
-/// The opened values of one row, and the identities and contexts opened
-/// for one ``Connection/forEachEventRow(after:limit:now:_:)``.
-private struct SealedRowCache {
-    struct Opened {
-        var parameters: ArraySlice<UInt8>?
-        var identity: (userID: [UInt8]?, traits: [UInt8])?
-        var context: [UInt8]?
-
-        /// Calls `body` with `row`, its sealed values replaced by these.
-        func with(_ row: EventRowView, _ body: (EventRowView) throws -> Bool) rethrows -> Bool {
-            try Self.bytes(parameters, or: row.parameters) { parameters in
-                try Self.bytes(identity?.userID, or: identity == nil ? row.userID : nil) { userID in
-                    try Self.bytes(identity?.traits, or: row.traits) { traits in
-                        try Self.bytes(context, or: row.context) { context in
-                            try body(
-                                EventRowView(
-                                    seq: row.seq, id: row.id, name: row.name, recordedAt: row.recordedAt,
-                                    session: row.session, parameters: parameters ?? row.parameters, type: row.type,
-                                    target: row.target, anonymousID: row.anonymousID, userID: userID,
-                                    traits: traits, context: context))
-                        }
-                    }
-                }
-            }
-        }
-
-        private static func bytes<Bytes: ContiguousBytes, T>(
-            _ bytes: Bytes?, or readable: UnsafeRawBufferPointer?, _ body: (UnsafeRawBufferPointer?) throws -> T
-        ) rethrows -> T {
-            guard let bytes else { return try body(readable) }
-            return try bytes.withUnsafeBytes { try body($0) }
-        }
+    /// The row `statement` (``forEachEventRow(after:limit:now:_:)``'s) stands on,
+    /// as SQLite holds it.
+    static func eventRow(_ statement: Statement) -> EventRowView {
+        EventRowView(
+            seq: statement.int64(at: 0), id: statement.bytes(at: 1), name: statement.bytes(at: 2),
+            recordedAt: statement.double(at: 3), session: statement.isNull(at: 4) ? nil : statement.bytes(at: 4),
+            parameters: statement.bytes(at: 5), type: statement.bytes(at: 6), target: statement.optionalBytes(at: 7),
+            anonymousID: statement.optionalBytes(at: 8), userID: statement.optionalBytes(at: 9),
+            traits: statement.optionalBytes(at: 10), context: statement.optionalBytes(at: 11))
     }
 
-    private var identities: [Int64: (userID: [UInt8]?, traits: [UInt8])?] = [:]
-    private var contexts: [Int64: [UInt8]?] = [:]
-    private var scratch: [UInt8] = []
+    /// The sealed values of the row `statement` stands on: its parameters,
+    /// its identity's and its context's; nil when none is sealed.
+    static func sealedValues(_ statement: Statement) -> SealedValues? {
+        let values = SealedValues(
+            parameters: statement.blob(at: 14), identity: statement.blob(at: 15), context: statement.blob(at: 16))
+        return values.parameters == nil && values.identity == nil && values.context == nil ? nil : values
+    }
 
-    /// `row`'s sealed values (parameters, identity, context) opened; nil
-    /// when one will not open.
-    mutating func open(
-        _ row: EventRowView, sealed: (UnsafeRawBufferPointer?, UnsafeRawBufferPointer?, UnsafeRawBufferPointer?),
-        identity: Int64, context: Int64, on connection: Connection
-    ) -> Opened? {
-        var opened = Opened()
-        if let parameters = sealed.0 {
-            // Into the same buffer row after row (the previous row's values
-            // are gone by now): no allocation per row.
-            let needed = RowSealer.plaintextCount(of: parameters)
-            if scratch.count < needed { scratch = [UInt8](repeating: 0, count: max(needed, 2 * scratch.count)) }
-            guard let sealer = connection.sealer,
-                let count = scratch.withUnsafeMutableBytes({ sealer.open(parameters, for: .event(row.id), into: $0) })
-            else { return nil }
-            opened.parameters = scratch[..<count]
-        }
-        if let sealedIdentity = sealed.1 {
-            if identities[identity] == nil {
-                identities[identity] = .some(
-                    connection.openIdentity(sealedIdentity, row: identity).map {
-                        ($0.userID.map { Array($0.utf8) }, Array($0.traitsJSON.utf8))
-                    })
-            }
-            guard let person = identities[identity] ?? nil else { return nil }
-            opened.identity = person
-        }
-        if let sealedContext = sealed.2 {
-            if contexts[context] == nil {
-                contexts[context] = .some(connection.sealer?.open(sealedContext, for: .context(context)))
-            }
-            guard let json = contexts[context] ?? nil else { return nil }
-            opened.context = json
-        }
-        return opened
+    /// A row's sealed values (``sealedValues(_:)``); the identity's and the
+    /// context's row ids are columns 12 and 13.
+    struct SealedValues {
+        let parameters: UnsafeRawBufferPointer?
+        let identity: UnsafeRawBufferPointer?
+        let context: UnsafeRawBufferPointer?
     }
 }

@@ -94,7 +94,7 @@ extension Connection {
     private func reseal(_ table: ResealedTable, _ statement: Statement, row: Int64, old: UnsafeRawBufferPointer?)
         throws -> [UInt8]?
     {
-        guard let sealer else { return nil }
+        guard let sealing else { return nil }
         switch table {
         case .events, .deadLetters:
             let id = statement.string(at: 1)
@@ -112,12 +112,12 @@ extension Connection {
         case .contexts:
             let json: [UInt8]
             if let old {
-                guard let opened = sealer.open(old, for: .context(row)) else { return nil }
+                guard let opened = sealing.open(old, for: .context(row)) else { return nil }
                 json = opened
             } else {
                 json = Array(statement.bytes(at: 3))
             }
-            return try json.withUnsafeBytes { try sealer.seal($0, for: .context(row)) }
+            return try json.withUnsafeBytes { Array(try sealing.seal($0, for: .context(row))) }
         }
     }
 }

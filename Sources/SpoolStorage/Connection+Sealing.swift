@@ -1,7 +1,7 @@
 import Foundation
 
 /// Sealing and opening the personal values of rows with the connection's
-/// ``RowSealer`` (see the `sealed` columns in docs/SCHEMA.md).
+/// ``SealingSession`` (see the `sealed` columns in docs/SCHEMA.md).
 extension Connection {
     /// What a readable column holds when its value is sealed: JSON `null`.
     package static let sealedJSON = "null"
@@ -10,10 +10,10 @@ extension Connection {
 
     /// `json` sealed for the event `eventID`, or nil without a sealer.
     package func sealParameters(_ json: String, eventID: String) throws -> [UInt8]? {
-        guard let sealer else { return nil }
+        guard let sealing else { return nil }
         return try withUTF8Bytes(of: json) { json in
             try withUTF8Bytes(of: eventID) { id in
-                try sealer.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id)))
+                Array(try sealing.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id))))
             }
         }
     }
@@ -22,9 +22,17 @@ extension Connection {
     /// nil, else `sealed` opened. Nil when it will not open.
     package func openParameters(readable: String, sealed: UnsafeRawBufferPointer?, eventID: String) -> String? {
         guard let sealed else { return readable }
-        guard let sealer else { return nil }
+        guard let sealing else { return nil }
         return withUTF8Bytes(of: eventID) { id in
-            sealer.open(sealed, for: .event(UnsafeRawBufferPointer(id))).map { String(decoding: $0, as: UTF8.self) }
+            // Opened straight into the string's storage.
+            var opened = false
+            let json = String(unsafeUninitializedCapacity: RowSealer.plaintextCount(of: sealed)) { buffer in
+                let count = sealing.open(
+                    sealed, for: .event(UnsafeRawBufferPointer(id)), into: UnsafeMutableRawBufferPointer(buffer))
+                opened = count != nil
+                return count ?? 0
+            }
+            return opened ? json : nil
         }
     }
 
@@ -34,19 +42,19 @@ extension Connection {
     /// says whether there is a user id, its length (4 bytes, big-endian) and
     /// bytes, then the traits' JSON.
     package func sealIdentity(userID: String?, traitsJSON: String, row: Int64) throws -> [UInt8]? {
-        guard let sealer else { return nil }
+        guard let sealing else { return nil }
         var plain: [UInt8] = [userID == nil ? 0 : 1]
         let user = Array((userID ?? "").utf8)
         withUnsafeBytes(of: UInt32(user.count).bigEndian) { plain.append(contentsOf: $0) }
         plain.append(contentsOf: user)
         plain.append(contentsOf: traitsJSON.utf8)
-        return try plain.withUnsafeBytes { try sealer.seal($0, for: .identity(row)) }
+        return try plain.withUnsafeBytes { Array(try sealing.seal($0, for: .identity(row))) }
     }
 
     /// The user id and traits of the `identities` row `row` sealed in
     /// `sealed`; nil when it will not open.
     package func openIdentity(_ sealed: UnsafeRawBufferPointer, row: Int64) -> (userID: String?, traitsJSON: String)? {
-        guard let plain = sealer?.open(sealed, for: .identity(row)), plain.count >= 5 else { return nil }
+        guard let plain = sealing?.open(sealed, for: .identity(row)), plain.count >= 5 else { return nil }
         let count = plain[1..<5].reduce(0) { $0 << 8 | Int($1) }
         guard plain.count >= 5 + count else { return nil }
         let user = plain[0] == 0 ? nil : String(decoding: plain[5..<(5 + count)], as: UTF8.self)

@@ -27,8 +27,12 @@ package final class Connection {
     package let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
     private var isClosed = false
-    /// Seals and opens personal values (``ConnectionOptions/sealer``).
-    package let sealer: RowSealer?
+    /// Seals and opens personal values with the keys of
+    /// ``ConnectionOptions/sealer``: this connection's own cipher state.
+    package let sealing: SealingSession?
+
+    /// The keys personal values are sealed and opened with (``ConnectionOptions/sealer``).
+    package var sealer: RowSealer? { sealing?.sealer }
 
     /// The largest a WAL file stays after it starts over: above the size at
     /// which the writer restarts it.
@@ -48,7 +52,7 @@ package final class Connection {
     ///   or overwritten.
     package init(path: String, options: ConnectionOptions) throws {
         self.path = path
-        self.sealer = options.sealer
+        self.sealing = options.sealer.map(SealingSession.init)
         if path != Self.inMemoryPath {
             try Connection.createFileIfMissing(path)
         }
@@ -74,7 +78,7 @@ package final class Connection {
     /// salvage's reader of a damaged file, which must not write to it.
     package init(adopting handle: OpaquePointer, path: String) {
         self.path = path
-        self.sealer = nil
+        self.sealing = nil
         self.handle = handle
         sqlite3_extended_result_codes(handle, 1)
     }

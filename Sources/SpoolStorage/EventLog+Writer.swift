@@ -184,10 +184,19 @@ extension EventLog {
             // statement keeps its bindings between rows, and a bound text is
             // SQLite's own copy (an allocation each time).
             var boundMessage: (type: String, target: String?)?
+            // With a sealer, the rows at `sealedRun`'s offsets are sealed
+            // ahead (`Pending.seal`), at `sealed`.
+            var sealedRun = 0..<0
+            var sealed: [Range<Int>] = []
             // Through a buffer pointer: reading an element of the slice
             // would copy its record (a retain and release per string).
             try group.withUnsafeBufferPointer { group in
                 for offset in group.indices {
+                    if let sealing = connection.sealing, !sealedRun.contains(offset) {
+                        sealedRun = offset..<min(offset + Pending.sealedRun, group.count)
+                        try Pending.seal(
+                            group.baseAddress! + offset, count: sealedRun.count, in: sealing, ranges: &sealed)
+                    }
                     seq += 1
                     let message = (type: group[offset].record.type, target: group[offset].record.target)
                     if boundMessage.map({ $0.type != message.type || $0.target != message.target }) ?? true {
@@ -202,7 +211,9 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
-                    try Pending.insert(group.baseAddress! + offset, as: seq, with: insert, sealer: connection.sealer)
+                    try Pending.insert(
+                        group.baseAddress! + offset, as: seq, with: insert,
+                        sealed: connection.sealing?.sealedInRun(sealed[offset - sealedRun.lowerBound]))
                     if group[offset].record.addsToHistory { historyRows += 1 }
                 }
             }
@@ -306,58 +317,6 @@ extension EventLog {
         state.broadcast()
         for waiter in waiters { waiter.resume(throwing: error) }
         for waiter in positions { waiter(.failure(error)) }
-    }
-}
-
-extension EventLog.Pending {
-
-    /// Binds the event at `pending` to the prepared insert and steps it (the
-    /// caller binds its message type and target). The id is formatted on the
-    /// stack and every text is bound without a copy: all of it stays valid
-    /// until the step inside these scopes.
-    ///
-    /// Static, on a pointer into the group: a method called on an element
-    /// would run on a copy of it (a retain and release of each of its
-    /// strings and its stamps).
-    ///
-    /// With a sealer, the parameters are sealed for the event's id into
-    /// `sealed`, and `parameters` holds JSON `null`.
-    static func insert(
-        _ pending: UnsafePointer<Self>, as seq: Int64, with insert: Statement, sealer: RowSealer?
-    ) throws {
-        let milliseconds = pending.pointee.milliseconds
-        let random = pending.pointee.random
-        try EventID.withUTF8(milliseconds: milliseconds, random: random.high, random.low) { id in
-            try withUTF8Bytes(of: pending.pointee.record.name) { name in
-                try withUTF8Bytes(of: pending.pointee.record.parametersJSON) { json in
-                    try insert.bind(seq, at: 1)
-                    try insert.bindTextNoCopy(id.assumingMemoryBound(to: UInt8.self), at: 2)
-                    try insert.bindTextNoCopy(name, at: 3)
-                    let sealed = try sealer?.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id)))
-                    if let sealed {
-                        try sealed.withUnsafeBytes { try insert.bindBlobNoCopy($0, at: 13) }
-                        let null = Connection.sealedJSONBytes
-                        try insert.bindTextNoCopy(
-                            UnsafeBufferPointer(start: null.utf8Start, count: null.utf8CodeUnitCount), at: 4)
-                    } else {
-                        try insert.bindTextNoCopy(json, at: 4)
-                    }
-                    try insert.bind(pending.pointee.record.recordedAt, at: 5)
-                    try insert.bind(pending.pointee.record.priority, at: 7)
-                    if pending.pointee.record.sessionID == nil {
-                        try insert.bindNull(at: 6)
-                        try insert.step()
-                    } else {
-                        try withUTF8Bytes(of: pending.pointee.record.sessionID!) { session in
-                            try insert.bindTextNoCopy(session, at: 6)
-                            try insert.step()
-                        }
-                    }
-                    withExtendedLifetime(sealed) {}  // bound without a copy until the step above
-                }
-            }
-        }
-        insert.resetKeepingBindings()
     }
 }
 

@@ -328,12 +328,12 @@ extension Connection {
     /// With a sealer, only the newest row is compared (opened), and a new
     /// one is sealed for its id.
     package func contextRow(json: String, createdAt: Double) throws -> Int64 {
-        if let sealer {
+        if let sealing {
             let newest = try withStatement("SELECT id, sealed FROM contexts ORDER BY id DESC LIMIT 1") {
                 statement -> Int64? in
                 guard try statement.step(), let sealed = statement.blob(at: 1) else { return nil }
                 let id = statement.int64(at: 0)
-                let opened = sealer.open(sealed, for: .context(id))
+                let opened = sealing.open(sealed, for: .context(id))
                 return opened.map { $0.elementsEqual(json.utf8) } == true ? id : nil
             }
             if let newest { return newest }
@@ -352,9 +352,9 @@ extension Connection {
                 try statement.step()
             }
             let id = lastInsertRowID
-            if let sealer {
+            if let sealing {
                 let sealed = try withUTF8Bytes(of: json) {
-                    try sealer.seal(UnsafeRawBufferPointer($0), for: .context(id))
+                    Array(try sealing.seal(UnsafeRawBufferPointer($0), for: .context(id)))
                 }
                 try seal(sealed, table: .contexts, row: id)
             }

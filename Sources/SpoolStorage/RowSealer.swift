@@ -14,7 +14,11 @@ package struct SealingKeyMaterial: Sendable {
 /// AES-256-GCM with one key, from the platform (CryptoKit, or the system's
 /// libcrypto). The sealer decides what is sealed, with which nonce and
 /// which associated data; a prepared key only runs the cipher.
-package protocol PreparedSealingKey: Sendable {
+///
+/// A class, and not Sendable: a prepared key may hold cipher state that is
+/// not safe to share between threads. Each ``SealingSession`` prepares its
+/// own.
+package protocol PreparedSealingKey: AnyObject {
     /// Writes `plaintext`'s ciphertext and then its 16-byte tag to `output`,
     /// which holds exactly `plaintext.count + 16` bytes.
     func seal(
@@ -31,7 +35,7 @@ package protocol PreparedSealingKey: Sendable {
 
 /// The platform's cipher and random source.
 package protocol SealingCipher: Sendable {
-    /// Prepares a 32-byte key for use.
+    /// Prepares a 32-byte key for use by one owner.
     func prepare(_ key: [UInt8]) throws -> any PreparedSealingKey
     /// Fills `buffer` with cryptographically secure random bytes.
     func fillRandom(_ buffer: UnsafeMutableRawBufferPointer) throws
@@ -56,8 +60,10 @@ package enum SealingError: Error, Sendable, Equatable {
     case cipherFailed(String)
 }
 
-/// Seals and opens the personal values of rows (see the `sealed` columns
-/// in docs/SCHEMA.md).
+/// The keys the personal values of rows are sealed and opened with (see
+/// the `sealed` columns in docs/SCHEMA.md), shared by an engine's
+/// connections; each seals and opens through a ``SealingSession`` of its
+/// own.
 ///
 /// New values are sealed with the current key, read from the app's
 /// provider by ``refreshCurrentKey()``. A value opens with the key its
@@ -68,13 +74,14 @@ package final class RowSealer: Sendable {
     package static let nonceBytes = 12
     package static let tagBytes = 16
 
-    private final class Key: Sendable {
+    /// A key the provider returned, checked: its id's UTF-8 and its bytes.
+    final class Key: Sendable {
         let id: [UInt8]
-        let prepared: any PreparedSealingKey
+        let bytes: [UInt8]
 
-        init(id: [UInt8], prepared: any PreparedSealingKey) {
+        init(id: [UInt8], bytes: [UInt8]) {
             self.id = id
-            self.prepared = prepared
+            self.bytes = bytes
         }
     }
 
@@ -82,12 +89,12 @@ package final class RowSealer: Sendable {
         var current: Key?
         /// Keys the provider returned since the current key was read, by id.
         var known: [[UInt8]: Key] = [:]
-        /// Random bytes for nonces, taken 12 at a time.
-        var random: [UInt8] = []
-        var randomOffset = 0
+        /// Counts the reads of the current key: a session drops the keys
+        /// it prepared when it changes.
+        var generation = 0
     }
 
-    private let cipher: any SealingCipher
+    let cipher: any SealingCipher
     private let currentKey: @Sendable () throws -> SealingKeyMaterial
     private let keyWithID: @Sendable (String) throws -> SealingKeyMaterial?
     private let state = Protected(State())
@@ -115,10 +122,11 @@ package final class RowSealer: Sendable {
         } catch {
             throw SealingError.keyUnavailable(String(describing: error))
         }
-        let key = try prepare(material)
+        let key = try check(material)
         state.withLock { state in
             state.current = key
             state.known = [key.id: key]
+            state.generation += 1
         }
         return material.id
     }
@@ -139,7 +147,9 @@ package final class RowSealer: Sendable {
         handler(count)
     }
 
-    private func prepare(_ material: SealingKeyMaterial) throws -> Key {
+    /// `material` as a key, once its id and length are checked and the
+    /// cipher took it.
+    private func check(_ material: SealingKeyMaterial) throws -> Key {
         let id = Array(material.id.utf8)
         guard (1...64).contains(id.count) else {
             throw SealingError.keyUnavailable("a key id is 1 to 64 bytes of UTF-8, not \(id.count)")
@@ -147,109 +157,44 @@ package final class RowSealer: Sendable {
         guard material.bytes.count == 32 else {
             throw SealingError.keyUnavailable("an AES-256 key is 32 bytes, not \(material.bytes.count)")
         }
+        _ = try prepare(material.bytes)
+        return Key(id: id, bytes: material.bytes)
+    }
+
+    /// `bytes` prepared by the cipher for one owner.
+    func prepare(_ bytes: [UInt8]) throws -> any PreparedSealingKey {
         do {
-            return Key(id: id, prepared: try cipher.prepare(material.bytes))
+            return try cipher.prepare(bytes)
         } catch {
             throw SealingError.cipherFailed(String(describing: error))
         }
     }
 
-    /// Seals `plaintext` for `row` with the current key and a fresh nonce.
-    package func seal(_ plaintext: UnsafeRawBufferPointer, for row: SealedRow) throws -> [UInt8] {
-        var nonce = (UInt64(0), UInt32(0))
-        let key: Key = try state.withLock { state in
+    // MARK: - What sessions ask
+
+    /// The count of current key reads: unchanged, the keys a session
+    /// prepared are the ones it may use.
+    var generation: Int {
+        state.withLock { $0.generation }
+    }
+
+    /// The key new values are sealed with, and the generation it belongs to.
+    func current() throws -> (key: Key, generation: Int) {
+        try state.withLock { state in
             guard let current = state.current else {
                 throw SealingError.keyUnavailable("no current key: the engine has not read one")
             }
-            if state.randomOffset + Self.nonceBytes > state.random.count {
-                state.random = [UInt8](repeating: 0, count: Self.nonceBytes * 256)
-                try state.random.withUnsafeMutableBytes { try cipher.fillRandom($0) }
-                state.randomOffset = 0
-            }
-            withUnsafeMutableBytes(of: &nonce) { nonce in
-                state.random.withUnsafeBytes { random in
-                    nonce.copyMemory(
-                        from: UnsafeRawBufferPointer(rebasing: random[state.randomOffset..<state.randomOffset + 12]))
-                }
-            }
-            state.randomOffset += Self.nonceBytes
-            return current
+            return (current, state.generation)
         }
-        let header = 2 + key.id.count
-        let count = header + Self.nonceBytes + plaintext.count + Self.tagBytes
-        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            let output = UnsafeMutableRawBufferPointer(buffer)
-            output[0] = Self.formatVersion
-            output[1] = UInt8(key.id.count)
-            key.id.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: output[2..<header]).copyMemory(from: $0) }
-            let nonceEnd = header + Self.nonceBytes
-            withUnsafeBytes(of: &nonce) {
-                UnsafeMutableRawBufferPointer(rebasing: output[header..<nonceEnd]).copyMemory(
-                    from: UnsafeRawBufferPointer(rebasing: $0.prefix(Self.nonceBytes)))
-            }
-            try Self.withAssociatedData(keyID: UnsafeRawBufferPointer(rebasing: output[2..<header]), row: row) {
-                try key.prepared.seal(
-                    nonce: UnsafeRawBufferPointer(rebasing: output[header..<nonceEnd]), plaintext: plaintext,
-                    associatedData: $0, into: UnsafeMutableRawBufferPointer(rebasing: output[nonceEnd...]))
-            }
-            initialized = count
-        }
-    }
-
-    /// The plaintext of `sealed`, or nil when it will not open: its key is
-    /// not available, or its bytes, its header or its row changed.
-    package func open(_ sealed: UnsafeRawBufferPointer, for row: SealedRow) -> [UInt8]? {
-        let count = Self.plaintextCount(of: sealed)
-        var opened = false
-        let plaintext = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            opened = open(sealed, for: row, into: UnsafeMutableRawBufferPointer(buffer)) != nil
-            initialized = opened ? count : 0
-        }
-        return opened ? plaintext : nil
-    }
-
-    /// How many bytes `sealed` opens to (0 for a malformed value).
-    package static func plaintextCount(of sealed: UnsafeRawBufferPointer) -> Int {
-        guard sealed.count >= 2 else { return 0 }
-        return max(0, sealed.count - 2 - Int(sealed[1]) - nonceBytes - tagBytes)
-    }
-
-    /// Writes the plaintext of `sealed` to the start of `output` (at least
-    /// ``plaintextCount(of:)`` bytes) and returns its length; nil when it
-    /// will not open.
-    package func open(_ sealed: UnsafeRawBufferPointer, for row: SealedRow, into output: UnsafeMutableRawBufferPointer)
-        -> Int?
-    {
-        guard sealed.count >= 2, sealed[0] == Self.formatVersion else { return nil }
-        let idEnd = 2 + Int(sealed[1])
-        let nonceEnd = idEnd + Self.nonceBytes
-        guard sealed[1] > 0, sealed.count >= nonceEnd + Self.tagBytes else { return nil }
-        let id = UnsafeRawBufferPointer(rebasing: sealed[2..<idEnd])
-        let ciphertext = UnsafeRawBufferPointer(rebasing: sealed[nonceEnd..<(sealed.count - Self.tagBytes)])
-        guard output.count >= ciphertext.count, let key = key(id: id) else { return nil }
-        let opened = Self.withAssociatedData(keyID: id, row: row) { associatedData in
-            key.prepared.open(
-                nonce: UnsafeRawBufferPointer(rebasing: sealed[idEnd..<nonceEnd]), ciphertext: ciphertext,
-                tag: UnsafeRawBufferPointer(rebasing: sealed[(sealed.count - Self.tagBytes)...]),
-                associatedData: associatedData,
-                into: UnsafeMutableRawBufferPointer(rebasing: output[..<ciphertext.count]))
-        }
-        return opened ? ciphertext.count : nil
-    }
-
-    /// The id of the key `sealed` was sealed with, if its header is whole.
-    package static func keyID(of sealed: UnsafeRawBufferPointer) -> String? {
-        guard sealed.count >= 2, sealed[0] == formatVersion, sealed.count >= 2 + Int(sealed[1]) else { return nil }
-        return String(decoding: sealed[2..<(2 + Int(sealed[1]))], as: UTF8.self)
     }
 
     /// The key with `id`: asked of the provider the first time it opens a
     /// value. Only keys the provider returned are kept; one it lacks, or
     /// could not give, is asked for again with the next value.
-    private func key(id: UnsafeRawBufferPointer) -> Key? {
-        let known = state.withLock { state -> Key? in
-            if let current = state.current, current.id.elementsEqual(id) { return current }
-            return state.known[Array(id)]
+    func key(id: UnsafeRawBufferPointer) -> (key: Key, generation: Int)? {
+        let known = state.withLock { state -> (Key, Int)? in
+            if let current = state.current, current.id.elementsEqual(id) { return (current, state.generation) }
+            return state.known[Array(id)].map { ($0, state.generation) }
         }
         if let known { return known }
         do {
@@ -258,41 +203,25 @@ package final class RowSealer: Sendable {
             guard let material = try keyWithID(String(decoding: id, as: UTF8.self)),
                 material.id.utf8.elementsEqual(id)
             else { return nil }
-            let key = try prepare(material)
-            state.withLock { $0.known[key.id] = key }
-            return key
+            let key = try check(material)
+            return state.withLock { state in
+                state.known[key.id] = key
+                return (key, state.generation)
+            }
         } catch {
             return nil
         }
     }
 
-    /// The associated data bound to a value: its header (format and key
-    /// id) and its row, which also names the row's table; on the stack.
-    private static func withAssociatedData<T>(
-        keyID: UnsafeRawBufferPointer, row: SealedRow, _ body: (UnsafeRawBufferPointer) throws -> T
-    ) rethrows -> T {
-        let rowBytes: Int
-        switch row {
-        case .event(let id): rowBytes = id.count
-        case .identity, .context: rowBytes = 8
-        }
-        return try withUnsafeTemporaryAllocation(byteCount: 3 + keyID.count + rowBytes, alignment: 1) { data in
-            data[0] = formatVersion
-            data[1] = UInt8(keyID.count)
-            UnsafeMutableRawBufferPointer(rebasing: data[2..<(2 + keyID.count)]).copyMemory(from: keyID)
-            let rest = UnsafeMutableRawBufferPointer(rebasing: data[(3 + keyID.count)...])
-            switch row {
-            case .event(let id):
-                data[2 + keyID.count] = UInt8(ascii: "e")
-                rest.copyMemory(from: id)
-            case .identity(let id):
-                data[2 + keyID.count] = UInt8(ascii: "i")
-                withUnsafeBytes(of: id.bigEndian) { rest.copyMemory(from: $0) }
-            case .context(let id):
-                data[2 + keyID.count] = UInt8(ascii: "c")
-                withUnsafeBytes(of: id.bigEndian) { rest.copyMemory(from: $0) }
-            }
-            return try body(UnsafeRawBufferPointer(data))
-        }
+    /// How many bytes `sealed` opens to (0 for a malformed value).
+    package static func plaintextCount(of sealed: UnsafeRawBufferPointer) -> Int {
+        guard sealed.count >= 2 else { return 0 }
+        return max(0, sealed.count - 2 - Int(sealed[1]) - nonceBytes - tagBytes)
+    }
+
+    /// The id of the key `sealed` was sealed with, if its header is whole.
+    package static func keyID(of sealed: UnsafeRawBufferPointer) -> String? {
+        guard sealed.count >= 2, sealed[0] == formatVersion, sealed.count >= 2 + Int(sealed[1]) else { return nil }
+        return String(decoding: sealed[2..<(2 + Int(sealed[1]))], as: UTF8.self)
     }
 }

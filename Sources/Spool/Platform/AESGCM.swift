@@ -43,8 +43,12 @@ struct SystemSealingCipher: SealingCipher {
 }
 
 #if canImport(CryptoKit)
-    private struct CryptoKitKey: PreparedSealingKey {
+    private final class CryptoKitKey: PreparedSealingKey {
         let key: SymmetricKey
+
+        init(key: SymmetricKey) {
+            self.key = key
+        }
 
         func seal(
             nonce: UnsafeRawBufferPointer, plaintext: UnsafeRawBufferPointer,
@@ -71,11 +75,11 @@ struct SystemSealingCipher: SealingCipher {
         }
     }
 #elseif canImport(CCrypto)
-    /// One key's cipher contexts (the key schedule computed once), used
-    /// under a lock: a context is not safe to share between threads.
-    private final class LibcryptoKey: PreparedSealingKey, @unchecked Sendable {
-        // Safe: both contexts are only used while `lock` is held.
-        private let lock = NSLock()
+    /// One key's cipher contexts, the key schedule computed once: a new
+    /// nonce re-initialises a context without the key. One owner's (see
+    /// ``PreparedSealingKey``): a context is not safe to share between
+    /// threads.
+    private final class LibcryptoKey: PreparedSealingKey {
         private let sealing: OpaquePointer
         private let opening: OpaquePointer
 
@@ -100,15 +104,14 @@ struct SystemSealingCipher: SealingCipher {
             associatedData: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer
         ) throws {
             let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            let sealed = lock.withLock {
-                var written: Int32 = 0
-                return EVP_EncryptInit_ex(sealing, nil, nil, nil, nonce.bound) == 1
-                    && EVP_EncryptUpdate(sealing, nil, &written, associatedData.bound, associatedData.int32Count) == 1
-                    && EVP_EncryptUpdate(sealing, out, &written, plaintext.bound, plaintext.int32Count) == 1
-                    && EVP_EncryptFinal_ex(sealing, out + Int(written), &written) == 1
-                    && EVP_CIPHER_CTX_ctrl(
-                        sealing, EVP_CTRL_GCM_GET_TAG, Int32(RowSealer.tagBytes), out + plaintext.count) == 1
-            }
+            var written: Int32 = 0
+            let sealed =
+                EVP_EncryptInit_ex(sealing, nil, nil, nil, nonce.bound) == 1
+                && EVP_EncryptUpdate(sealing, nil, &written, associatedData.bound, associatedData.int32Count) == 1
+                && EVP_EncryptUpdate(sealing, out, &written, plaintext.bound, plaintext.int32Count) == 1
+                && EVP_EncryptFinal_ex(sealing, out + Int(written), &written) == 1
+                && EVP_CIPHER_CTX_ctrl(
+                    sealing, EVP_CTRL_GCM_GET_TAG, Int32(RowSealer.tagBytes), out + plaintext.count) == 1
             guard sealed else { throw SystemSealingCipher.Failure(description: "AES-GCM sealing failed") }
         }
 
@@ -120,16 +123,14 @@ struct SystemSealingCipher: SealingCipher {
             // is never touched, so the end of `output` suffices.
             var final: UInt8 = 0
             let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
-            return lock.withLock {
-                var written: Int32 = 0
-                return EVP_DecryptInit_ex(opening, nil, nil, nil, nonce.bound) == 1
-                    && EVP_DecryptUpdate(opening, nil, &written, associatedData.bound, associatedData.int32Count) == 1
-                    && EVP_DecryptUpdate(opening, out, &written, ciphertext.bound, ciphertext.int32Count) == 1
-                    && EVP_CIPHER_CTX_ctrl(
-                        opening, EVP_CTRL_GCM_SET_TAG, Int32(RowSealer.tagBytes),
-                        UnsafeMutableRawPointer(mutating: tag.baseAddress)) == 1
-                    && EVP_DecryptFinal_ex(opening, &final, &written) > 0
-            }
+            var written: Int32 = 0
+            return EVP_DecryptInit_ex(opening, nil, nil, nil, nonce.bound) == 1
+                && EVP_DecryptUpdate(opening, nil, &written, associatedData.bound, associatedData.int32Count) == 1
+                && EVP_DecryptUpdate(opening, out, &written, ciphertext.bound, ciphertext.int32Count) == 1
+                && EVP_CIPHER_CTX_ctrl(
+                    opening, EVP_CTRL_GCM_SET_TAG, Int32(RowSealer.tagBytes),
+                    UnsafeMutableRawPointer(mutating: tag.baseAddress)) == 1
+                && EVP_DecryptFinal_ex(opening, &final, &written) > 0
         }
     }
 
