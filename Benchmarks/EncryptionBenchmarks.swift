@@ -21,8 +21,8 @@ struct EncryptionBenchmarks {
     }
 
     /// Records `count` events (10 parameters) and waits until they are
-    /// durable: calls per second.
-    func recordUntilDurable(count: Int, encrypted: Bool) async throws -> Double {
+    /// durable: calls per second, and the writer's thread CPU per event (µs).
+    func recordUntilDurable(count: Int, encrypted: Bool) async throws -> (rate: Double, writerCPU: Double) {
         let scratch = Scratch(encrypted ? "sealed" : "readable")
         var configuration = EngineConfiguration.unbounded(scratch.database)
         Self.encrypt(&configuration, encrypted)
@@ -32,8 +32,9 @@ struct EncryptionBenchmarks {
         for _ in 0..<count { try engine.recordRetrying("purchase", parameters: ListenerBenchmarks.parameters) }
         try await engine.settle()
         let rate = Double(count) / seconds(since: start)
+        let writerCPU = (engine.eventLog?.writerCPUPerEvent ?? .nan) / 1_000
         await engine.close()
-        return rate
+        return (rate, writerCPU)
     }
 
     /// An engine on `database` uploading the Spool format, uncompressed,
@@ -100,9 +101,9 @@ struct EncryptionBenchmarks {
         let rounds = quick ? 3 : 5
         let count = quick ? 50_000 : 200_000
         let recording = try await Comparison.measure(rounds: rounds, target: 0.8) {
-            try await recordUntilDurable(count: count, encrypted: true)
+            try await recordUntilDurable(count: count, encrypted: true).rate
         } baseline: {
-            try await recordUntilDurable(count: count, encrypted: false)
+            try await recordUntilDurable(count: count, encrypted: false).rate
         }
         report.add(
             recording, area: "encryption", unit: "events/s", spool: "record until durable, encryption on",

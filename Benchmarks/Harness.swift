@@ -28,8 +28,9 @@ func seconds(since start: UInt64) -> Double {
 }
 
 /// User and system CPU seconds this process has used, every thread; with
-/// `children`, those of its children it has waited for too.
-func processCPUTime(children: Bool = false) -> Double {
+/// `children`, those of its children it has waited for too; with
+/// `userOnly`, without the system's.
+func processCPUTime(children: Bool = false, userOnly: Bool = false) -> Double {
     var total = 0.0
     for who in children ? [RUSAGE_SELF, RUSAGE_CHILDREN] : [RUSAGE_SELF] {
         var usage = rusage()
@@ -39,7 +40,7 @@ func processCPUTime(children: Bool = false) -> Double {
             getrusage(who, &usage)
         #endif
         func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-        total += seconds(usage.ru_utime) + seconds(usage.ru_stime)
+        total += seconds(usage.ru_utime) + (userOnly ? 0 : seconds(usage.ru_stime))
     }
     return total
 }

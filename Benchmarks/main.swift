@@ -180,6 +180,9 @@ if let phase {
             let cost = try await pipeline.callerCost(count: 1_000_000, pipeline: withPipeline)
             print("caller side, pipeline \(withPipeline):", formatNumber(cost), "µs")
         }
+    case "sealing":
+        // Encryption's parts alone (docs/BENCH.md), for a profiler or an A/B.
+        try await EncryptionBenchmarks(quick: quick, report: report).phase(variant, directory: phaseDatabase)
     case "record":
         // record() until durable alone, for a profiler (perf record … spool-bench --phase record).
         try await ListenerBenchmarks(quick: quick, report: report).recordThroughput()
