@@ -175,7 +175,7 @@ case "--worker":
             {
                 emit("ACK \(id)")
             }
-        } catch let error as SQLiteError where error.resultCode == .busy {
+        } catch SpoolError.sqlite(let failure) where failure.resultCode == .busy {
             emit("BUSY")
         } catch {
             emit("ERR \(error)")

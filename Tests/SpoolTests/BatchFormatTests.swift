@@ -30,7 +30,7 @@ struct BatchFormatTests {
         UploadBatch, [String: Any]
     ) {
         guard case .batch(let batch)? = try await read(engine, format: format, limit: limit) else {
-            throw SpoolError.invalidConfiguration("no batch")
+            throw TestSetupError("no batch")
         }
         let json = try #require(try JSONSerialization.jsonObject(with: batch.body) as? [String: Any])
         return (batch, json)

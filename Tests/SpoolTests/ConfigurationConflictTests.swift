@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Spool
 
 /// One place says where the database is: a dispatcher's `backingStore` and
@@ -23,8 +24,8 @@ struct ConfigurationConflictTests {
         await #expect {
             try await engine.start()
         } throws: { error in
-            guard case .invalidConfiguration(let reason) = error as? SpoolError else { return false }
-            return reason.contains("backingStore and dataStoreName")
+            guard case .conflictingDatabaseLocation(_, let requested) = error as? SpoolError else { return false }
+            return requested == (store == .memory ? "memory" : "a file named \(name).sqlite")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no file touched")
         await engine.close()

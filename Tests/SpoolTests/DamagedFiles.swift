@@ -93,6 +93,6 @@ extension SmallFileSystem {
     /// Makes the file system read-only: nothing can be created or renamed.
     func remountReadOnly() throws {
         let status = try runProcess("/bin/mount", ["-o", "remount,ro", url.path]).status
-        guard status == 0 else { throw SpoolError.invalidConfiguration("remount refused (\(status))") }
+        guard status == 0 else { throw TestSetupError("remount refused (\(status))") }
     }
 }

@@ -28,7 +28,7 @@ struct GoldenBodyTests {
         let read = try await engine.query {
             try UploadBatch.read(after: 0, limit: 100, format: format, maximumBytes: .max, now: 0, from: $0)
         }
-        guard case .batch(let batch)? = read else { throw SpoolError.invalidConfiguration("no batch") }
+        guard case .batch(let batch)? = read else { throw TestSetupError("no batch") }
         let identity = try await engine.identity()
         let session = try #require(engine.currentSessionID)
         var ids: [String: String] = [:]

@@ -20,7 +20,7 @@ struct IdempotencyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 9)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         try await flushUntilDone(engine)
         // Every send of the batch (a loaded machine may time out more than
         // the first) carries its key and counts the sends before it; only
@@ -60,7 +60,8 @@ struct IdempotencyTests {
         // one recorded) as its first batch.
         var configuration = EngineConfiguration(
             database: .file(directory.databaseURL), collectorURL: collector.url,
-            dispatcher: DefaultEventDispatcher(batchSize: 2, timerInterval: 3_600, requestTimeout: defaultRequestTimeout))
+            dispatcher: DefaultEventDispatcher(
+                batchSize: 2, timerInterval: 3_600, requestTimeout: defaultRequestTimeout))
         configuration.retryPolicy = fastRetry
         let engine = EventEngine(configuration: configuration)
         try await engine.start()

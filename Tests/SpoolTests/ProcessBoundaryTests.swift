@@ -315,7 +315,7 @@ struct SmallFileSystem {
     init(at url: URL, megabytes: Int) throws {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         let status = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", url.path]).status
-        guard status == 0 else { throw SpoolError.invalidConfiguration("mount refused (\(status))") }
+        guard status == 0 else { throw TestSetupError("mount refused (\(status))") }
         self.url = url
     }
 
@@ -323,7 +323,7 @@ struct SmallFileSystem {
     func fill() throws -> URL {
         let filler = url.appendingPathComponent("filler")
         let descriptor = open(filler.path, O_WRONLY | O_CREAT, 0o600)
-        guard descriptor >= 0 else { throw SpoolError.invalidConfiguration("cannot create \(filler.path)") }
+        guard descriptor >= 0 else { throw TestSetupError("cannot create \(filler.path)") }
         defer { close(descriptor) }
         let chunk = [UInt8](repeating: 0, count: 4_096)
         while write(descriptor, chunk, chunk.count) > 0 {}

@@ -177,17 +177,17 @@ struct SurveyTests {
     @Test("bad input: unknown survey ids, negative counts or windows, empty trigger lists")
     func badInput() async throws {
         let engine = try await startedEngine()
-        #expect(throws: SurveyError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
+        #expect(throws: SpoolError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
         #expect(try await engine.storedNames() == ["session_start"], "nothing recorded for an unknown survey")
-        #expect(throws: SurveyError.emptySurveyID) { try engine.surveys.register(Survey(id: "")) }
-        #expect(throws: SurveyError.emptyTriggerList(surveyID: "s")) {
+        #expect(throws: SpoolError.invalidSurvey(.emptySurveyID)) { try engine.surveys.register(Survey(id: "")) }
+        #expect(throws: SpoolError.invalidSurvey(.emptyTriggerList(surveyID: "s"))) {
             try engine.surveys.register(Survey(id: "s", triggerEventNames: []))
         }
-        #expect(throws: SurveyError.invalidCondition(surveyID: "s", reason: "negative count -1")) {
+        #expect(throws: SpoolError.invalidSurvey(.invalidCondition(surveyID: "s", reason: "negative count -1"))) {
             try engine.surveys.register(
                 Survey(id: "s", conditions: .eventFrequency(EventFrequency("x", .atLeast, -1))))
         }
-        #expect(throws: SurveyError.self) {
+        expectInvalidSurvey {
             try engine.surveys.register(
                 Survey(
                     id: "s",

@@ -99,7 +99,7 @@ final class TestCollector: @unchecked Sendable {
                 let port = Int(line.dropFirst(5))
             else {
                 if process.isRunning { process.terminate() }
-                throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
+                throw TestSetupError("the test collector did not start: \(text)")
             }
             self.port = port
             self.process = process
@@ -328,7 +328,7 @@ func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
         do {
             try await engine.flush()
             done = true
-        } catch is UploadError {}
+        } catch SpoolError.uploadDeferred {}
         return done
     }
     if !done { try await engine.flush() }

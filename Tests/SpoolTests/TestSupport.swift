@@ -395,3 +395,46 @@ final class ManualClock: SpoolClock {
         }
     }
 }
+
+// MARK: - Expected errors
+
+/// Expects `body` to throw ``SpoolError/uploadDeferred(reason:)``, whatever
+/// the reason.
+func expectUploadDeferred<R>(
+    _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> R
+) async {
+    do {
+        _ = try await body()
+        Issue.record(
+            "expected SpoolError.uploadDeferred, nothing was thrown: \(comment ?? "")", sourceLocation: sourceLocation)
+    } catch SpoolError.uploadDeferred {
+    } catch {
+        Issue.record(
+            "expected SpoolError.uploadDeferred, got \(error): \(comment ?? "")", sourceLocation: sourceLocation)
+    }
+}
+
+/// Expects `body` to throw ``SpoolError/invalidSurvey(_:)``, whatever the
+/// problem.
+func expectInvalidSurvey<R>(sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> R) {
+    do {
+        _ = try body()
+        Issue.record("expected SpoolError.invalidSurvey, nothing was thrown", sourceLocation: sourceLocation)
+    } catch SpoolError.invalidSurvey {
+    } catch {
+        Issue.record("expected SpoolError.invalidSurvey, got \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+/// The SQLite result code `error` carries, if it is a ``SpoolError/sqlite(_:)``.
+func sqliteCode(_ error: (any Error)?) -> SpoolError.SQLiteFailure.ResultCode? {
+    guard case .sqlite(let failure)? = error as? SpoolError else { return nil }
+    return failure.resultCode
+}
+
+/// A test's own failure to set up (a collector that did not start, a mount
+/// refused), distinct from anything Spool throws.
+struct TestSetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -72,7 +72,7 @@ struct UploadRequestTests {
             directory, collector: collector, batchSize: 100, retry: RetryPolicy(initialDelay: 30), request: options)
         try await engine.start()
         let ids = try recordEvents(engine, 3)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 4)
         #expect(statistics.lastFailure?.contains("header provider") == true, "\(statistics.lastFailure ?? "")")
@@ -163,7 +163,7 @@ struct UploadRequestTests {
         if fallsBack {
             try await engine.flush()
         } else {
-            await #expect(throws: UploadError.self) { try await engine.flush() }
+            await expectUploadDeferred { try await engine.flush() }
         }
         let requests = collector.requests()
         if fallsBack {
@@ -353,7 +353,7 @@ struct UploadRequestTests {
             let engine = engine(transport: transport, format: OverlyOptimisticFormat())
             try await engine.start()
             _ = try recordEvents(engine, 2)
-            await #expect(throws: UploadError.self, "HTTP \(status)") { try await engine.flush() }
+            await expectUploadDeferred("HTTP \(status)") { try await engine.flush() }
             #expect(try await engine.uploadStatistics().pending == 3)
             try await engine.flush()
             #expect(transport.received.withLock { $0.count } == 2)

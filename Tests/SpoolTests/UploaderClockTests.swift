@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @_spi(TransportAuthoring) @testable import Spool
 @testable import SpoolStorage
 
@@ -19,7 +20,7 @@ struct UploaderClockTests {
             retry: RetryPolicy(initialDelay: 600, jitter: 1...1), clock: clock)
         try await engine.start()
         let ids = try recordEvents(engine, 7)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         // Automatic triggers wait for the backoff: exactly 600 s of this clock.
         #expect(try await engine.uploadStatistics().nextRetryIn == 600)
         try await collector.restart()
@@ -110,7 +111,7 @@ struct UploaderClockTests {
         clock.advance(by: 59)
         #expect(try await engine.uploadStatistics().pending == 5)
         clock.advance(by: 1)
-        await #expect(throws: UploadError.self) { try await silentFlush.value }
+        await expectUploadDeferred { try await silentFlush.value }
         #expect(try await engine.uploadStatistics().pending == 5, "a batch nobody answered left the queue")
 
         dispatcher.silent.withLock { $0 = false }

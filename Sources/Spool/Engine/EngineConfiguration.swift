@@ -91,7 +91,7 @@ public struct EngineConfiguration: Sendable {
     /// move the database: ``database`` says where it is (set by
     /// ``uploading(to:dispatcher:in:)`` from them). When they ask for another
     /// location than `database` and than their default, `start()` throws
-    /// ``SpoolError/invalidConfiguration(_:)`` naming both.
+    /// ``SpoolError/conflictingDatabaseLocation(configured:requested:)`` naming both.
     public var dispatcher: (any EventDispatcher)?
     /// How long the uploader waits before retrying a failed upload.
     public var retryPolicy: RetryPolicy
@@ -301,7 +301,7 @@ extension EngineConfiguration {
     /// disagree with ``database``, if they do: they ask for a location other
     /// than their default, and it is not `database` (a configuration from
     /// ``uploading(to:dispatcher:in:)`` always agrees).
-    var locationConflict: String? {
+    var locationConflict: SpoolError? {
         guard let dispatcher = dispatcher as? DefaultEventDispatcher else { return nil }
         let directory: URL
         switch database {
@@ -313,8 +313,7 @@ extension EngineConfiguration {
             directory.appendingPathComponent(DefaultEventDispatcher.defaultDataStoreName + ".sqlite"))
         guard asked != database, asked != byDefault else { return nil }
         let asking = asked == .inMemory ? "memory" : "a file named \(dispatcher.dataStoreName).sqlite"
-        return "the dispatcher's backingStore and dataStoreName ask for \(asking), but database is \(database.path): "
-            + "set the location in one place (database, or EngineConfiguration.uploading(to:dispatcher:in:))"
+        return .conflictingDatabaseLocation(configured: database.path, requested: asking)
     }
 
     /// The retention bound in force: a `DefaultEventDispatcher`'s queue size

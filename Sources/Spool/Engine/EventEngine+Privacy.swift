@@ -39,7 +39,7 @@ extension EventEngine {
     /// - Throws: ``SpoolError/erasureIncomplete(paths:)`` when a copy set
     ///   aside could not be deleted (the database itself was erased: the
     ///   paths named are what is left); ``SpoolError/notStarted`` before
-    ///   `start()`; a ``SQLiteError``
+    ///   `start()`; ``SpoolError/sqlite(_:)``
     ///   when the database could not be written (nothing was deleted then),
     ///   or with `.busy` when another process held a read transaction so
     ///   long that the WAL could not be truncated (the rows are deleted; call

@@ -53,7 +53,7 @@ public enum ValueMatch: Sendable, Hashable {
     }
 
     /// The problem with its operand, if any (nil: none).
-    func problem(surveyID: String, name: String) -> SurveyError? {
+    func problem(surveyID: String, name: String) -> SpoolError.SurveyProblem? {
         switch self {
         case .equals(let operand), .notEquals(let operand):
             if case .double(let number) = operand, number.isNaN {

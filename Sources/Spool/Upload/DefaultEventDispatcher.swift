@@ -51,7 +51,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// turns it and ``dataStoreName`` into the configuration's `database`. A
     /// configuration that sets `database` itself keeps that location; if
     /// these ask for another one (not their default), `start()` throws
-    /// ``SpoolError/invalidConfiguration(_:)`` rather than ignore them.
+    /// ``SpoolError/conflictingDatabaseLocation(configured:requested:)`` rather than ignore them.
     public let backingStore: DataStoreType
     /// The database file's name, without `.sqlite`. Read as
     /// ``backingStore`` is.

@@ -75,7 +75,7 @@ public struct SegmentBatchFormat: BatchFormat {
     /// makes; the parameters are documented there.
     init(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
-    ) throws(EventValidationError) {
+    ) throws(SpoolError) {
         self.writeKey = writeKey
         self.anonymousId = anonymousId
         self.userId = userId
@@ -182,12 +182,12 @@ extension BatchFormat where Self == SegmentBatchFormat {
     ///   - context: Segment's `context` object for events stored without a
     ///     context, encoded once here. `sessionId` is Spool's and is
     ///     replaced.
-    /// - Throws: ``EventValidationError`` when `context` holds a value Spool
+    /// - Throws: ``SpoolError/invalidEvent(_:)`` when `context` holds a value Spool
     ///   cannot encode (a non-finite number, a date out of range, nesting
     ///   too deep).
     public static func segment(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
-    ) throws(EventValidationError) -> SegmentBatchFormat {
+    ) throws(SpoolError) -> SegmentBatchFormat {
         try SegmentBatchFormat(writeKey: writeKey, anonymousId: anonymousId, userId: userId, context: context)
     }
 }

@@ -37,7 +37,7 @@ struct UploadBody<Format: BatchFormat> {
 
     /// Adds one event, unless the body would pass `maximumBytes` (the first
     /// event is always taken: one event is at most
-    /// ``EventLimits/maximumEncodedBytes`` plus its envelope, well under
+    /// ``EventValue/maximumEncodedBytes`` plus its envelope, well under
     /// Spool's bound) or the event is over the format's per-event limit.
     mutating func append(_ row: EventRowView) -> Appended {
         // Written in place and taken back if it does not fit: one copy, not two.

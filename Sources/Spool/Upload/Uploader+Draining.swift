@@ -51,7 +51,7 @@ extension Uploader {
             }
             if !force, !networkAvailable { break }  // the path's return triggers the next pass
             if !policyAllows {
-                if force { throw UploadError.retryable(Self.meteredReason) }
+                if force { throw SpoolError.uploadDeferred(reason: Self.meteredReason) }
                 break  // an unmetered path triggers the next pass
             }
             if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
@@ -71,7 +71,7 @@ extension Uploader {
             case .heldElsewhere(let lease):
                 throw heldElsewhere(lease)
             case .paused:
-                if force { throw UploadError.retryable(Self.pausedReason) }
+                if force { throw SpoolError.uploadDeferred(reason: Self.pausedReason) }
                 return
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
@@ -108,8 +108,9 @@ extension Uploader {
     ) throws {
         _ = try saveAndRead(uploaded, handoff: settled, read: false)
         guard force, let handoff else { return }
-        throw UploadError.retryable(
-            "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
+        throw SpoolError.uploadDeferred(
+            reason:
+                "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
                 + "they are settled when it reports")
     }
 
@@ -118,14 +119,15 @@ extension Uploader {
     /// (the salvage closed them up). The batch is read and sent again.
     func checkSameFileAsRead() throws {
         guard log.database.fileGeneration == readGeneration else {
-            throw UploadError.retryable("the database file was salvaged while a batch was in flight; it is sent again")
+            throw SpoolError.uploadDeferred(
+                reason: "the database file was salvaged while a batch was in flight; it is sent again")
         }
     }
 
     /// Another process holds the lease: retry when it is free.
-    func heldElsewhere(_ lease: ConsumerLease) -> UploadError {
+    func heldElsewhere(_ lease: ConsumerLease) -> SpoolError {
         retryWhenFree(lease)
-        return UploadError.retryable("another process (\(lease.owner)) is uploading")
+        return SpoolError.uploadDeferred(reason: "another process (\(lease.owner)) is uploading")
     }
 
     /// In one transaction: saves the uploader's position at `through`

@@ -131,7 +131,7 @@ extension Uploader {
         } catch {
             let reason = "the system did not take the background transfer: \(error)"
             try handoffFailed(handoff.batchID, reason: reason)
-            throw UploadError.retryable(reason)
+            throw SpoolError.uploadDeferred(reason: reason)
         }
     }
 

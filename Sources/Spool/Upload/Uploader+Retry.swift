@@ -19,7 +19,7 @@ extension Uploader {
             kind, eventCount: events,
             "\(what) (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
         try saveNotes()
-        throw UploadError.retryable(reason)
+        throw SpoolError.uploadDeferred(reason: reason)
     }
 
     /// A success: the backoff starts over.

@@ -46,7 +46,7 @@ extension Uploader {
     /// - Returns: `accepted`: the collector took the whole batch (its
     ///   position is saved with the next read); false when it was settled
     ///   here. `prepared`: the batch read ahead, if one was.
-    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued;
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
     func send(_ batch: UploadBatch, gzipped: Promise<Data?>? = nil, preparing ahead: ReadAhead? = nil)
         async throws -> (accepted: Bool, prepared: Prepared?)
@@ -102,7 +102,7 @@ extension Uploader {
     ///
     /// - Returns: true when the collector took the whole batch (its position
     ///   is saved with the next read); false when it was settled here.
-    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued.
     func act(on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil)
         async throws -> Bool
     {

@@ -283,7 +283,7 @@ actor Uploader {
 
     /// Uploads everything pending now, ignoring any backoff wait.
     ///
-    /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when the collector could not
     ///   take it all (the rest stays queued and is retried with backoff), or
     ///   when another process holds the upload lease (it uploads them).
     func flush() async throws {
