@@ -103,8 +103,8 @@ struct ChildKey: EncryptionKeyProvider {
 }
 
 final class Printer: EventListener {
-    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-        if let id = parameters["id"]?.stringValue { emit("GOT \(id)") }
+    func onEventRecorded(_ event: RecordedEvent) {
+        if let id = event.parameters["id"]?.stringValue { emit("GOT \(id)") }
     }
 }
 

@@ -8,8 +8,8 @@ import Testing
 struct PublicContractTests {
     final class Forwarder: EventListener {
         let names = Mutexed<[String]>([])
-        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-            names.mutate { $0.append(name) }
+        func onEventRecorded(_ event: RecordedEvent) {
+            names.mutate { $0.append(event.name) }
         }
     }
 

@@ -25,7 +25,7 @@ struct SurveyTests {
         let listener = CollectingListener()
         let engine = try await startedEngine(before: { $0.events.addObserver(listener) })
         let onShown = Protected(0)
-        engine.on(.surveyShown) { _ in onShown.withLock { $0 += 1 } }
+        engine.on(.survey(.shown)) { _ in onShown.withLock { $0 += 1 } }
         try engine.surveys.register(Survey(id: "nps"))
         try engine.surveys.markShown("nps")
         try engine.surveys.markQuestionAnswered("nps", questionID: "q1", answer: 9)
@@ -33,7 +33,7 @@ struct SurveyTests {
         try engine.surveys.markClosed("nps")
         try engine.surveys.markCompleted("nps")
         try await engine.settle()
-        let lifecycle = SurveyLifecycleEvent.allCases.map(\.eventName)
+        let lifecycle = SurveyLifecycleEvent.allCases.map(\.rawValue)
         let delivered = listener.names.filter(lifecycle.contains)
         #expect(
             delivered == [

@@ -286,10 +286,10 @@ final class CollectingListener: EventListener {
         self.onEvent = onEvent
     }
 
-    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-        let event = Received(name: name, parameters: parameters, timestamp: timestamp)
-        received.withLock { $0.append(event) }
-        onEvent?(self, event)
+    func onEventRecorded(_ event: RecordedEvent) {
+        let received = Received(name: event.name, parameters: event.parameters, timestamp: event.timestamp)
+        self.received.withLock { $0.append(received) }
+        onEvent?(self, received)
     }
 
     var names: [String] { received.withLock { $0.map(\.name) } }

@@ -85,13 +85,6 @@ extension EventEngine {
         }
     }
 
-    /// Events that gave way while waiting for a session (the waiting queue is
-    /// bounded like the log; the oldest go first), since the engine was
-    /// created. They were never stored.
-    public var eventsDroppedWhileWaitingForSession: Int {
-        state.withLock { $0.gates.waitingDropped }
-    }
-
     struct Accepted {
         var outcome: RecordOutcome
         var receipt: AppendReceipt?
@@ -176,7 +169,12 @@ extension EventEngine {
                 do { try state.withLock { $0.log }?.waitForRoom(bytes: bytes) } catch { throw SpoolError.bridge(error) }
                 continue
             }
-            accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
+            if let displaced = accepted.displaced {
+                diagnosticsCenter.report(
+                    .droppedWhileWaitingForSession, eventCount: 1,
+                    "an event waiting for a session gave way to a newer one; it was never stored")
+                displaced.settle?(.dropped(.droppedWhileWaitingForSession))
+            }
             return accepted
         }
     }

@@ -214,7 +214,7 @@ public final class SurveyCenter: Sendable {
         guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SpoolError.unknownSurvey(surveyID) }
         var parameters = extra
         parameters["survey_id"] = .string(surveyID)
-        return try context.record(event.eventName, parameters)
+        return try context.record(event.rawValue, parameters)
     }
 
     // MARK: - Triggers

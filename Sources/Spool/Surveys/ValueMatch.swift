@@ -89,14 +89,8 @@ public struct PropertyFilter: Sendable, Hashable {
     public let match: ValueMatch
 
     /// A filter on the event parameter `property`.
-    public init(_ property: String, _ match: ValueMatch) {
-        self.property = property
-        self.match = match
-    }
-
-    /// A filter on the event parameter `property`.
     public static func property(_ property: String, _ match: ValueMatch) -> PropertyFilter {
-        PropertyFilter(property, match)
+        PropertyFilter(property: property, match: match)
     }
 }
 

@@ -95,7 +95,7 @@ extension BatchFormat {
     /// When it was recorded, in seconds since 1970.
     public var recordedAt: TimeInterval { row.recordedAt }
     /// True when it was recorded inside a session.
-    public var hasSession: Bool { row.session != nil }
+    var hasSession: Bool { row.session != nil }
 
     /// The event id (a UUIDv7, stable across retries: deduplicate on it).
     public var id: String { String(decoding: row.id, as: UTF8.self) }
@@ -105,17 +105,17 @@ extension BatchFormat {
     public var session: String? { row.session.map { String(decoding: $0, as: UTF8.self) } }
 
     /// Appends the id as a JSON string.
-    public func appendID(to body: inout [UInt8]) {
+    func appendID(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.id, to: &body)
     }
 
     /// Appends the name as a JSON string.
-    public func appendName(to body: inout [UInt8]) {
+    func appendName(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.name, to: &body)
     }
 
     /// Appends the session id as a JSON string, or `null` outside a session.
-    public func appendSession(to body: inout [UInt8]) {
+    func appendSession(to body: inout [UInt8]) {
         if let session = row.session {
             EventEncoder.appendJSONString(session, to: &body)
         } else {
@@ -146,29 +146,29 @@ extension BatchFormat {
     /// id is the anonymous id).
     public var target: String? { row.target.map { String(decoding: $0, as: UTF8.self) } }
     /// True when it was recorded with an identity.
-    public var hasIdentity: Bool { row.anonymousID != nil }
+    var hasIdentity: Bool { row.anonymousID != nil }
     /// True when a context was in force when it was recorded.
     public var hasContext: Bool { row.context != nil }
 
     /// Appends the message type as a JSON string (`"track"`).
-    public func appendType(to body: inout [UInt8]) {
+    func appendType(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.type, to: &body)
     }
 
     /// Appends the anonymous id as a JSON string, or `null` without an
     /// identity.
-    public func appendAnonymousID(to body: inout [UInt8]) {
+    func appendAnonymousID(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.anonymousID, to: &body)
     }
 
     /// Appends the user id as a JSON string, or `null` without one.
-    public func appendUserID(to body: inout [UInt8]) {
+    func appendUserID(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.userID, to: &body)
     }
 
     /// Appends the target (a group's id, an alias's previous id) as a JSON
     /// string, or `null` without one.
-    public func appendTarget(to body: inout [UInt8]) {
+    func appendTarget(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.target, to: &body)
     }
 
