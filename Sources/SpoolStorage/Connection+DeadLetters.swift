@@ -2,7 +2,8 @@ import Foundation
 
 extension Connection {
     /// Moves `events` to the dead letters with `status` and `reason`, and
-    /// advances `consumer` past them, in one transaction. The events stay in
+    /// advances `consumer` past them, in one transaction (the uploader's are
+    /// counted for the collector, ``LossCause/deadLettered``). The events stay in
     /// the log for other consumers until everyone has passed them. `now`
     /// (seconds since 1970) is their `failed_at`.
     package func deadLetter(
@@ -35,6 +36,7 @@ extension Connection {
                     statement.resetKeepingBindings()
                 }
             }
+            if consumer == Self.uploaderConsumer { try countLoss(.deadLettered, events.count) }
             try advanceConsumerInTransaction(consumer, to: last)
         }
     }

@@ -22,6 +22,9 @@ package struct EventRowView {
     package let traits: UnsafeRawBufferPointer?
     /// The context in force, a JSON object; nil when none was set.
     package let context: UnsafeRawBufferPointer?
+    /// The launch that recorded it and when, in milliseconds of that
+    /// launch's monotonic clock (see ``EventLog/Launch``); nil without one.
+    package let launch: (id: Int64, milliseconds: Int64)?
 }
 
 extension Connection {
@@ -35,7 +38,7 @@ extension Connection {
         try withStatement(
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
-            i.anonymous_id, i.user_id, i.traits, c.context \
+            i.anonymous_id, i.user_id, i.traits, c.context, e.launch, e.launch_ms \
             FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
             LEFT JOIN contexts AS c ON c.id = e.context_id \
             WHERE e.seq > ? ORDER BY e.seq LIMIT ?
@@ -51,7 +54,9 @@ extension Connection {
                     parameters: statement.bytes(at: 5), type: statement.bytes(at: 6),
                     target: statement.optionalBytes(at: 7), anonymousID: statement.optionalBytes(at: 8),
                     userID: statement.optionalBytes(at: 9), traits: statement.optionalBytes(at: 10),
-                    context: statement.optionalBytes(at: 11))
+                    context: statement.optionalBytes(at: 11),
+                    launch: statement.isNull(at: 12) || statement.isNull(at: 13)
+                        ? nil : (statement.int64(at: 12), statement.int64(at: 13)))
                 guard try body(row) else { return }
             }
         }

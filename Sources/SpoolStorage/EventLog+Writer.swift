@@ -135,10 +135,10 @@ extension EventLog {
         _ group: ArraySlice<Pending>, _ connection: Connection
     ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops, stamps: CommitStamps)
     {
-        let (bounds, historyLimits, pruneHistory, reader) = state.withLock { state in
+        let (bounds, historyLimits, pruneHistory, reader, launch) = state.withLock { state in
             (
                 state.queueBounds, state.historyLimits,
-                state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader
+                state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader, state.launch
             )
         }
         var head: Int64 = 0
@@ -176,7 +176,7 @@ extension EventLog {
             let insert = try connection.cachedStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before, \
-                type, target, identity_id, context_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                type, target, identity_id, context_id, launch, launch_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
             // The message type and target, bound only when they change: the
@@ -201,6 +201,7 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
+                    try Launch.bind(launch, group[offset].record.monotonic, to: insert, at: 13)
                     try Pending.insert(group.baseAddress! + offset, as: seq, with: insert)
                     if group[offset].record.addsToHistory { historyRows += 1 }
                 }

@@ -50,6 +50,10 @@
 // --interleavings SEED COUNT, --rounds CONTROL_DIR ROUNDS PER_ROUND,
 // --erasure-recorder CONTROL_DIR
 //             The identity modes: see IdentityModes.swift.
+// --overflow BOUND COUNT
+//             Starts an engine on the file that keeps at most BOUND events and
+//             does not upload, records COUNT events (the last durably), closes
+//             and prints "DONE": the bound drops what no one uploaded yet.
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
@@ -243,6 +247,11 @@ case "--rounds":
 case "--erasure-recorder":
     guard arguments.count >= 5 else { exit(2) }
     try await runErasureRecorder(url, control: URL(fileURLWithPath: arguments[4]))
+    exit(0)
+
+case "--overflow":
+    guard arguments.count >= 6, let bound = Int(arguments[4]), let count = Int(arguments[5]) else { exit(2) }
+    try await runOverflow(url, bound: bound, count: count)
     exit(0)
 
 case "--hold-open-lock":

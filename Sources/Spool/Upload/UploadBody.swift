@@ -1,11 +1,48 @@
 import Foundation
 import SpoolStorage
 
+/// When a body is built, on which clocks: its `sentAt`, and what each
+/// event's age is measured from.
+struct BatchClock: Sendable {
+    /// The wall clock's seconds since 1970.
+    let sentAt: Double
+    /// The launch building the body (``EventLog/Launch``) and its monotonic
+    /// clock's reading now, in milliseconds from its origin; nil without a
+    /// monotonic clock.
+    let launch: (id: Int64, now: Int64)?
+
+    init(sentAt: Double, launch: (id: Int64, now: Int64)? = nil) {
+        self.sentAt = sentAt
+        self.launch = launch
+    }
+
+    /// Now, on `clock`, for a body `launch` builds.
+    init(_ clock: any SpoolClock, launch: EventLog.Launch?) {
+        sentAt = clock.now
+        if let launch, let monotonic = clock.monotonic {
+            self.launch = (launch.id, launch.milliseconds(at: monotonic))
+        } else {
+            self.launch = nil
+        }
+    }
+
+    /// The wall clock now, and no monotonic one.
+    static func wall() -> BatchClock { BatchClock(sentAt: Date().timeIntervalSince1970) }
+}
+
+/// A format whose body carries the loss a request reports (Spool's own);
+/// every other format's requests carry it in the `X-Spool-Loss` header.
+protocol LossReportingFormat: BatchFormat {
+    /// Appends what comes before the first event, `loss` among it.
+    func appendPrologue(sentAt: Date, loss: LossCounts, to body: inout [UInt8])
+}
+
 /// An upload request body under construction: `format`'s prologue, the
 /// events it writes (comma-separated), its epilogue; built by splicing the
 /// stored bytes, never more than `maximumBytes` before compression.
 struct UploadBody<Format: BatchFormat> {
     private let format: Format
+    private let clock: BatchClock
     private var bytes: [UInt8] = []
     /// Written once at the start: its size is part of every bound check.
     private let epilogue: [UInt8]
@@ -13,6 +50,9 @@ struct UploadBody<Format: BatchFormat> {
     private let maximumEventBytes: Int
     /// Events in the body so far.
     private(set) var count = 0
+    /// Whether the body carries the loss it was given (else the request's
+    /// header does).
+    let carriesLoss: Bool
 
     /// What ``append(_:)`` did with an event.
     enum Appended {
@@ -24,15 +64,25 @@ struct UploadBody<Format: BatchFormat> {
         case oversized(bytes: Int)
     }
 
-    init(format: Format, sentAt: Date = Date(), maximumBytes: Int, capacity: Int = 4_096) {
+    init(
+        format: Format, clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int, capacity: Int = 4_096
+    ) {
         self.format = format
+        self.clock = clock
         self.maximumBytes = maximumBytes
         maximumEventBytes = format.maximumEventBytes ?? .max
+        let sentAt = Date(timeIntervalSince1970: clock.sentAt)
         var epilogue: [UInt8] = []
         format.appendEpilogue(sentAt: sentAt, to: &epilogue)
         self.epilogue = epilogue
         bytes.reserveCapacity(capacity)
-        format.appendPrologue(sentAt: sentAt, to: &bytes)
+        if let reporting = format as? any LossReportingFormat {
+            reporting.appendPrologue(sentAt: sentAt, loss: loss, to: &bytes)
+            carriesLoss = true
+        } else {
+            format.appendPrologue(sentAt: sentAt, to: &bytes)
+            carriesLoss = false
+        }
     }
 
     /// Adds one event, unless the body would pass `maximumBytes` (the first
@@ -44,7 +94,7 @@ struct UploadBody<Format: BatchFormat> {
         let mark = bytes.count
         if count > 0 { bytes.append(UInt8(ascii: ",")) }
         let start = bytes.count
-        format.append(BatchEvent(row), to: &bytes)
+        format.append(BatchEvent(row, clock: clock), to: &bytes)
         let eventBytes = bytes.count - start
         if eventBytes > maximumEventBytes {
             bytes.removeSubrange(mark...)
@@ -75,6 +125,13 @@ struct UploadBatch: Sendable {
     let firstID: String
     let lastID: String
     let idsJSON: String
+    /// The loss the request reports, and whether its body carries it.
+    var loss = LossCounts()
+    var lossInBody = false
+
+    /// The `X-Spool-Loss` header's value, when the body does not carry the
+    /// loss.
+    var lossHeader: String? { lossInBody ? nil : loss.headerValue }
 
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
@@ -100,41 +157,44 @@ extension UploadBatch {
     /// format through the protocol.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, anyFormat format: any BatchFormat,
-        maximumBytes: Int = .max, from connection: Connection
+        clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         switch format {
         case let spool as SpoolBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: spool, maximumBytes: maximumBytes,
-                from: connection)
+                after: position, through: last, limit: limit, format: spool, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         case let segment as SegmentBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: segment, maximumBytes: maximumBytes,
-                from: connection)
+                after: position, through: last, limit: limit, format: segment, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         case let kafka as KafkaRESTBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: kafka, maximumBytes: maximumBytes,
-                from: connection)
+                after: position, through: last, limit: limit, format: kafka, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         default:
             return try read(
-                after: position, through: last, limit: limit, format: format, maximumBytes: maximumBytes,
-                from: connection)
+                after: position, through: last, limit: limit, format: format, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         }
     }
 
     /// Builds the next batch straight from the rows after `position` and up
     /// to `last` (no intermediate Strings): up to `limit` events, under
-    /// `maximumBytes` and `format`'s own limits. Nil when no event is there.
+    /// `maximumBytes` and `format`'s own limits, built at `clock`'s time and
+    /// reporting `loss`. Nil when no event is there.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, format: some BatchFormat,
-        maximumBytes: Int = .max, from connection: Connection
+        clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
         // Room for a batch of typical events without growing (a Segment call
         // with its context is about 700 bytes), never past the bound.
         var body = UploadBody(
-            format: format, maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 1_024 + 256))
+            format: format, clock: clock, loss: loss, maximumBytes: maximumBytes,
+            capacity: min(maximumBytes, limit * 1_024 + 256))
+        let lossInBody = body.carriesLoss
         var positions: [Int64] = []
         positions.reserveCapacity(limit)
         var oversized: Read?
@@ -172,6 +232,7 @@ extension UploadBatch {
             UploadBatch(
                 body: body.finish(), positions: positions, firstID: firstID,
                 lastID: String(decoding: lastID, as: UTF8.self),
-                idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
+                idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self), loss: loss,
+                lossInBody: lossInBody))
     }
 }

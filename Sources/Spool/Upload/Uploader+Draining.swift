@@ -124,6 +124,7 @@ extension Uploader {
         let uploaded = generation == readGeneration ? uploaded : nil
         readGeneration = generation
         let records = unsavedRecords
+        let lossCounted = signals.withLock { $0.lossCounted }
         let (step, position, head, passed, wroteRecords, settled) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool, Bool) in
                 var passed: Int64 = 0
@@ -136,6 +137,8 @@ extension Uploader {
                     try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
                     // The hand-off is settled with its position: never twice.
                     if let handoff { settled = try connection.deleteHandoff(handoff) }
+                    // And the loss the request reported, in the same transaction.
+                    if lossCounted { try connection.settleLoss(accepted: uploaded.first, through: uploaded.last) }
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -174,9 +177,10 @@ extension Uploader {
             try connection.releaseLease(consumer, owner: owner)
             return .empty
         }
-        // One query for the pause and the hand-offs: both are rare, and this
-        // runs for every batch.
+        // One query for the pause, the hand-offs and the loss to report:
+        // all are rare, and this runs for every batch.
         let gates = try connection.uploadGates()
+        signals.withLock { $0.lossCounted = gates.lossCounted }
         if gates.paused {
             try connection.releaseLease(consumer, owner: owner)
             return .paused
@@ -187,7 +191,13 @@ extension Uploader {
             return .heldElsewhere(lease)
         }
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
-        switch try UploadBatch.read(after: position, limit: settings.batchSize, anyFormat: format, from: connection) {
+        // What the request reports: read in this transaction, which records
+        // it as this request's (see `lossToCarry`).
+        let loss = gates.lossCounted ? try connection.lossToCarry(after: position) : LossCounts()
+        switch try UploadBatch.read(
+            after: position, limit: settings.batchSize, anyFormat: format, clock: batchClock(), loss: loss,
+            from: connection)
+        {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
