@@ -2,11 +2,16 @@ import Foundation
 
 extension EventLog {
     /// One engine start, and the monotonic clock it measures in: the writer
-    /// stamps each event with it (`events.launch`, `events.launch_ms`), so
-    /// an event's age at upload is measured on that clock while the same
-    /// launch uploads it. Another launch (after a relaunch, or another
-    /// process) cannot compare its clock with this one's, and measures the
-    /// age on the wall clock instead.
+    /// stamps each event it commits with it (`events.launch`,
+    /// `events.launch_ms`), so an event's age at upload is measured on that
+    /// clock while the same launch uploads it. Another launch (after a
+    /// relaunch, or another process) cannot compare its clock with this
+    /// one's, and measures the age on the wall clock instead.
+    ///
+    /// The monotonic clock is read once per commit, not per `record`: an
+    /// event's `launch_ms` is the commit's reading less the wall clock's
+    /// time since the event was recorded (milliseconds, unless it waited
+    /// for a session), so the caller's thread reads no other clock.
     package struct Launch: Sendable, Hashable {
         /// This start's number on the file (`counters.launches`).
         package let id: Int64
@@ -32,16 +37,37 @@ extension EventLog {
             return Int64((min(max(seconds, -bound), bound) * 1_000).rounded())
         }
 
-        /// Binds an event's `launch` and `launch_ms` at `index` and the one
-        /// after: NULL without a launch or a reading.
-        static func bind(_ launch: Launch?, _ monotonic: Double?, to insert: Statement, at index: Int32) throws {
-            if let launch, let monotonic {
-                try insert.bind(launch.id, at: index)
-                try insert.bind(launch.milliseconds(at: monotonic), at: index + 1)
+        /// What one commit stamps its events with: `clock` read now, or nil
+        /// when it has no monotonic reading.
+        func commitStamp(_ clock: any SpoolClock) -> CommitStamp? {
+            guard let monotonic = clock.monotonic else { return nil }
+            return CommitStamp(launch: id, now: milliseconds(at: monotonic), wall: clock.now)
+        }
+    }
+
+    /// One commit's reading of its launch's clocks.
+    struct CommitStamp {
+        let launch: Int64
+        /// Now on the launch's monotonic clock, in milliseconds from its origin.
+        let now: Int64
+        /// Now on the wall clock, in seconds since 1970.
+        let wall: Double
+
+        /// Binds `launch` at `index` (once per commit: the statement keeps it)
+        /// or NULL to it and the column after.
+        static func bindLaunch(_ stamp: CommitStamp?, to insert: Statement, at index: Int32) throws {
+            if let stamp {
+                try insert.bind(stamp.launch, at: index)
             } else {
                 try insert.bindNull(at: index)
                 try insert.bindNull(at: index + 1)
             }
+        }
+
+        /// Binds the `launch_ms` of an event recorded at `recordedAt` (wall
+        /// clock) at `index`.
+        func bindMilliseconds(recordedAt: Double, to insert: Statement, at index: Int32) throws {
+            try insert.bind(now - Launch.milliseconds(wall - recordedAt), at: index)
         }
     }
 

@@ -179,6 +179,9 @@ extension EventLog {
                 type, target, identity_id, context_id, launch, launch_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
+            // The clock each event's age is measured on: read once a commit.
+            let stamp = launch?.commitStamp(database.clock)
+            try CommitStamp.bindLaunch(stamp, to: insert, at: 13)
             // The message type and target, bound only when they change: the
             // statement keeps its bindings between rows, and a bound text is
             // SQLite's own copy (an allocation each time).
@@ -201,7 +204,7 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
-                    try Launch.bind(launch, group[offset].record.monotonic, to: insert, at: 13)
+                    try stamp?.bindMilliseconds(recordedAt: group[offset].record.recordedAt, to: insert, at: 14)
                     try Pending.insert(group.baseAddress! + offset, as: seq, with: insert)
                     if group[offset].record.addsToHistory { historyRows += 1 }
                 }

@@ -54,9 +54,6 @@ package struct EventRecord: Sendable {
     package var name: String
     package var parametersJSON: String
     package var recordedAt: Double
-    /// The clock's ``SpoolClock/monotonic`` reading when it was accepted:
-    /// its age at upload is measured from it (see ``EventLog/Launch``).
-    package var monotonic: Double?
     package var sessionID: String?
     package var priority: Bool
     /// Also add the event to the user's event history (survey rules).
@@ -80,14 +77,13 @@ package struct EventRecord: Sendable {
     package static let track = "track"
 
     package init(
-        name: String, parametersJSON: String, recordedAt: Double, monotonic: Double? = nil, sessionID: String? = nil,
+        name: String, parametersJSON: String, recordedAt: Double, sessionID: String? = nil,
         priority: Bool = false, addsToHistory: Bool = false, type: String = EventRecord.track, target: String? = nil,
         stamps: RecordStamps? = nil
     ) {
         self.name = name
         self.parametersJSON = parametersJSON
         self.recordedAt = recordedAt
-        self.monotonic = monotonic
         self.sessionID = sessionID
         self.priority = priority
         self.addsToHistory = addsToHistory

@@ -158,8 +158,7 @@ extension EventEngine {
         let stamps = identities.current
         // Moved, not copied, into the buffer or the waiting queue.
         var record: EventRecord? = EventRecord(
-            name: name, parametersJSON: json, recordedAt: configuration.clock.now,
-            monotonic: configuration.clock.monotonic, priority: priority,
+            name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
             type: message.type.rawValue, target: message.target, stamps: stamps)
         let bytes = record?.bufferedBytes ?? 0

@@ -25,7 +25,7 @@ extension EventEngine {
                     try log.appendPastBound(
                         EventRecord(
                             name: Self.sessionStartEventName, parametersJSON: "{}",
-                            recordedAt: configuration.clock.now, monotonic: configuration.clock.monotonic,
+                            recordedAt: configuration.clock.now,
                             sessionID: sessionID, priority: true, addsToHistory: true,
                             stamps: identities.current))
                 } catch {

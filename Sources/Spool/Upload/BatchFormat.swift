@@ -111,27 +111,27 @@ extension BatchFormat {
     /// (or another process) recorded, the wall clock's difference between
     /// the body's `sentAt` and the event's timestamp: off by whatever the
     /// device's clock was changed by in between.
-    public var ageMilliseconds: Int64 {
-        if let now = clock.launch, let recorded = row.launch, recorded.id == now.id {
-            return now.now - recorded.milliseconds
-        }
-        return EventLog.Launch.milliseconds(clock.sentAt) - EventLog.Launch.milliseconds(row.recordedAt)
-    }
+    public var ageMilliseconds: Int64 { age.milliseconds }
 
     /// True when ``ageMilliseconds`` was measured on the monotonic clock of
     /// the launch that recorded the event.
-    public var ageIsMonotonic: Bool {
-        guard let now = clock.launch, let recorded = row.launch else { return false }
-        return recorded.id == now.id
+    public var ageIsMonotonic: Bool { age.monotonic }
+
+    private var age: (milliseconds: Int64, monotonic: Bool) {
+        if let now = clock.launch, let recorded = row.launch, recorded.id == now.id {
+            return (now.now - recorded.milliseconds, true)
+        }
+        return (clock.sentAtMilliseconds - EventLog.Launch.milliseconds(row.recordedAt), false)
     }
 
     /// Appends `"age":<milliseconds>`, and `,"ageClock":"wall"` when the age
     /// is the wall clock's: the members Spool's format and the Kafka REST
     /// format's record values carry.
     func appendAgeMembers(to body: inout [UInt8]) {
+        let age = self.age
         body.append(literal: #""age":"#)
-        body.append(integer: ageMilliseconds)
-        if !ageIsMonotonic { body.append(literal: #","ageClock":"wall""#) }
+        body.append(integer: age.milliseconds)
+        if !age.monotonic { body.append(literal: #","ageClock":"wall""#) }
     }
     /// True when it was recorded inside a session.
     public var hasSession: Bool { row.session != nil }

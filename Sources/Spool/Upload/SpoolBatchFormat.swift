@@ -71,7 +71,7 @@ public struct SpoolBatchFormat: BatchFormat {
         event.appendAgeMembers(to: &body)
         if sentAt {
             body.append(literal: #","sentAt":"#)
-            BatchEvent.appendTimestamp(Date(timeIntervalSince1970: event.clock.sentAt), to: &body)
+            event.clock.appendSentAt(to: &body)
         }
         body.append(literal: #","session":"#)
         event.appendSession(to: &body)

@@ -6,6 +6,12 @@ import SpoolStorage
 struct BatchClock: Sendable {
     /// The wall clock's seconds since 1970.
     let sentAt: Double
+    /// `sentAt` in whole milliseconds, as the body writes it.
+    let sentAtMilliseconds: Int64
+    /// `sentAt` as the body writes it, `"2026-11-29T10:15:31.002Z"`: its 26
+    /// bytes, formatted once for every record that repeats it (a Kafka
+    /// REST record's value), held inline.
+    private let sentAtText: (UInt64, UInt64, UInt64, UInt16)
     /// The launch building the body (``EventLog/Launch``) and its monotonic
     /// clock's reading now, in milliseconds from its origin; nil without a
     /// monotonic clock.
@@ -13,17 +19,24 @@ struct BatchClock: Sendable {
 
     init(sentAt: Double, launch: (id: Int64, now: Int64)? = nil) {
         self.sentAt = sentAt
+        sentAtMilliseconds = EventLog.Launch.milliseconds(sentAt)
+        var text: [UInt8] = []
+        BatchEvent.appendTimestamp(Date(timeIntervalSince1970: sentAt), to: &text)
+        var inline: (UInt64, UInt64, UInt64, UInt16) = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &inline) { $0.copyBytes(from: text.prefix(26)) }
+        sentAtText = inline
         self.launch = launch
+    }
+
+    /// Appends `sentAt` as a JSON string.
+    func appendSentAt(to body: inout [UInt8]) {
+        withUnsafeBytes(of: sentAtText) { body.append(contentsOf: $0) }
     }
 
     /// Now, on `clock`, for a body `launch` builds.
     init(_ clock: any SpoolClock, launch: EventLog.Launch?) {
-        sentAt = clock.now
-        if let launch, let monotonic = clock.monotonic {
-            self.launch = (launch.id, launch.milliseconds(at: monotonic))
-        } else {
-            self.launch = nil
-        }
+        let reading = launch.flatMap { launch in clock.monotonic.map { (launch.id, launch.milliseconds(at: $0)) } }
+        self.init(sentAt: clock.now, launch: reading)
     }
 
     /// The wall clock now, and no monotonic one.
