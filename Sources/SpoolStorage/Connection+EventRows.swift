@@ -24,6 +24,9 @@ package struct EventRowView {
     package let traits: UnsafeRawBufferPointer?
     /// The context in force, a JSON object; nil when none was set.
     package let context: UnsafeRawBufferPointer?
+    /// The launch that recorded it and when, in milliseconds of that
+    /// launch's monotonic clock (see ``EventLog/Launch``); nil without one.
+    package let launch: (id: Int64, milliseconds: Int64)?
 }
 
 extension Connection {
@@ -43,7 +46,8 @@ extension Connection {
         try withStatement(
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
-            i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed \
+            i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed, \
+            e.launch, e.launch_ms \
             FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
             LEFT JOIN contexts AS c ON c.id = e.context_id \
             WHERE e.seq > ? ORDER BY e.seq LIMIT ?
@@ -59,7 +63,9 @@ extension Connection {
                     parameters: statement.bytes(at: 5), type: statement.bytes(at: 6),
                     target: statement.optionalBytes(at: 7), anonymousID: statement.optionalBytes(at: 8),
                     userID: statement.optionalBytes(at: 9), traits: statement.optionalBytes(at: 10),
-                    context: statement.optionalBytes(at: 11))
+                    context: statement.optionalBytes(at: 11),
+                    launch: statement.isNull(at: 17) || statement.isNull(at: 18)
+                        ? nil : (statement.int64(at: 17), statement.int64(at: 18)))
                 let sealed = (statement.blob(at: 14), statement.blob(at: 15), statement.blob(at: 16))
                 if sealed.0 == nil && sealed.1 == nil && sealed.2 == nil {
                     guard try body(row) else { return }
@@ -99,7 +105,7 @@ private struct SealedRowCache {
                                     seq: row.seq, id: row.id, name: row.name, recordedAt: row.recordedAt,
                                     session: row.session, parameters: parameters ?? row.parameters, type: row.type,
                                     target: row.target, anonymousID: row.anonymousID, userID: userID,
-                                    traits: traits, context: context))
+                                    traits: traits, context: context, launch: row.launch))
                         }
                     }
                 }

@@ -116,6 +116,8 @@ package final class EventLog: Sendable {
         var groupReader: GroupReader?
         var failureHandler: (@Sendable (Failure) -> Void)?
         var queueBounds = QueueBounds()
+        /// What the writer stamps each event's clock with (``Launch``).
+        var launch: Launch?
         var historyLimits: HistoryLimits?
         /// History rows written since the history was last pruned.
         var historySincePrune = 0

@@ -56,6 +56,10 @@
 //             The identity modes: see IdentityModes.swift.
 // --surveys   Records purchases under surveys with filtered rules, printing
 //             "TRIGGER <survey> <marker>" for each trigger: see SurveyMode.swift.
+// --overflow BOUND COUNT
+//             Starts an engine on the file that keeps at most BOUND events and
+//             does not upload, records COUNT events (the last durably), closes
+//             and prints "DONE": the bound drops what no one uploaded yet.
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
@@ -276,6 +280,11 @@ case "--erasure-recorder":
 
 case "--surveys":
     try await runSurveys(url, tag: tag)
+
+case "--overflow":
+    guard arguments.count >= 6, let bound = Int(arguments[4]), let count = Int(arguments[5]) else { exit(2) }
+    try await runOverflow(url, bound: bound, count: count)
+    exit(0)
 
 case "--hold-open-lock":
     let mark = StoreMark(databasePath: url.path)

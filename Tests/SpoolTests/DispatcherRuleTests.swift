@@ -224,10 +224,12 @@ struct DispatcherRuleTests {
         let events = json?["events"] as? [[String: Any]]
         #expect(events?.map { $0["name"] as? String } == ["session_start", "custom"])
         #expect(json?["sentAt"] is String)
-        // The documented body: id, type, name, timestamp, session, parameters
-        // and the identity it was recorded for.
+        #expect((json?["spool"] as? [String: Any])?["lost"] is [String: Int], "W4: the loss it reports")
+        // The documented body: id, type, name, timestamp, age, session,
+        // parameters and the identity it was recorded for.
         let custom = try #require(events?.last)
-        #expect(Set(custom.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"])
+        #expect(
+            Set(custom.keys) == ["id", "type", "name", "timestamp", "age", "session", "parameters", "anonymousId"])
         #expect((custom["id"] as? String).flatMap(UUID.init(uuidString:)) != nil)
         #expect((custom["timestamp"] as? String)?.hasSuffix("Z") == true)
         #expect(custom["session"] as? String == engine.currentSessionID)

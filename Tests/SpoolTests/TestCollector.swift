@@ -47,6 +47,39 @@ final class TestCollector: @unchecked Sendable {
         /// It carried the Idempotency-Key of a batch the collector took
         /// before: answered 200, nothing taken.
         let duplicate: Bool?
+        /// The loss the request reports, by cause (W4), and where it was:
+        /// "body" or "header".
+        let loss: [String: Int]?
+        let carrier: String?
+        /// Each event's time as the collector corrects it (W5).
+        let clock: [Correction]?
+
+        /// One event's time, corrected to the collector's clock when the
+        /// request arrived (`t`), in seconds since 1970.
+        struct Correction: Decodable, Sendable {
+            let id: String?
+            let timestamp: Double?
+            /// Milliseconds, and "monotonic" or "wall".
+            let age: Int?
+            let ageClock: String?
+            let sentAt: Double?
+            /// `t` less the age.
+            let byAge: Double?
+            /// `t` less (sentAt less timestamp).
+            let bySentAt: Double?
+
+            enum CodingKeys: String, CodingKey {
+                case id, timestamp, age
+                case ageClock = "age_clock"
+                case sentAt = "sent_at"
+                case byAge = "by_age"
+                case bySentAt = "by_sent_at"
+            }
+        }
+
+        /// Whether the collector took it (a 2xx, not a duplicate): what it
+        /// reports counts.
+        var taken: Bool { (status ?? 0) / 100 == 2 && duplicate != true }
 
         /// The body as the collector parsed it (decoded when gzipped).
         var rawBody: Data { Data(base64Encoded: raw) ?? Data() }

@@ -333,6 +333,12 @@ extension EventEngine {
         return try await log.database.run(body)
     }
 
+    /// The clocks a body the engine's uploader built now would carry.
+    func batchClock() throws -> BatchClock {
+        let log = try #require(state.withLock { $0.log })
+        return BatchClock(configuration.clock, launch: log.launch)
+    }
+
     func storedNames() async throws -> [String] {
         try await query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.name) }
     }
@@ -353,48 +359,6 @@ let isThreadSanitized: Bool = {
     defer { dlclose(program) }
     return dlsym(program, "__tsan_init") != nil
 }()
-
-/// A clock the test moves: `now` changes only in ``advance(by:)``, and the
-/// timers it passes then run, in order, on their queues.
-final class ManualClock: SpoolClock {
-    private struct Timer {
-        let at: Double
-        let queue: DispatchQueue
-        let body: @Sendable () -> Void
-    }
-
-    private let state = Protected((now: 1_700_000_000.0, timers: [Timer](), ran: 0))
-
-    var now: Double { state.withLock { $0.now } }
-
-    /// How many timers have run so far.
-    var timersRun: Int { state.withLock { $0.ran } }
-
-    /// How many timers wait to fire exactly `seconds` from now.
-    func timersPending(dueIn seconds: Double) -> Int {
-        state.withLock { state in state.timers.count { $0.at == state.now + seconds } }
-    }
-
-    func schedule(after delay: TimeInterval, on queue: DispatchQueue, _ body: @escaping @Sendable () -> Void) {
-        state.withLock { $0.timers.append(Timer(at: $0.now + max(0, delay), queue: queue, body: body)) }
-    }
-
-    /// Moves time on by `seconds` and starts every timer now due.
-    func advance(by seconds: Double) {
-        let due = state.withLock { state -> [Timer] in
-            state.now += seconds
-            let now = state.now
-            defer { state.timers.removeAll { $0.at <= now } }
-            return state.timers.filter { $0.at <= now }.sorted { $0.at < $1.at }
-        }
-        for timer in due {
-            timer.queue.async { [state] in
-                timer.body()
-                state.withLock { $0.ran += 1 }
-            }
-        }
-    }
-}
 
 // MARK: - Expected errors
 

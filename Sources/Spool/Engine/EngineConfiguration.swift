@@ -179,9 +179,10 @@ public struct EngineConfiguration: Sendable {
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
 
-    /// Where the engine reads the time and waits: the system's clock, or one
-    /// a test advances itself.
-    package var clock: any SpoolClock = SystemClock()
+    /// Where the engine reads the time and waits: the system's clocks (the
+    /// wall clock, and the monotonic one events' ages are measured on), or
+    /// one a test advances itself.
+    package var clock: any SpoolClock = SystemClock(monotonic: SystemPlatform.monotonicSeconds)
 
     /// Called with the result of every upload request (which events, what
     /// the collector answered, what Spool did), on Spool's delivery queue;

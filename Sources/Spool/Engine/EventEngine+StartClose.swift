@@ -104,13 +104,16 @@ extension EventEngine {
         do {
             let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
             let consent = state.withLock { $0.consent }
-            headAtOpen = try await database.run { [identities] connection in
+            let launch: Int64
+            (headAtOpen, launch) = try await database.run { [identities] connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
                 // The file's identity, or a new anonymous id for a new file;
                 // a change made before start() only with consent.
                 try identities.persist(on: connection, changes: consent)
-                return try connection.headPosition()
+                return (try connection.headPosition(), try connection.beginLaunch())
             }
+            // The clock the events committed from now on measure their age on.
+            log.setLaunch(configuration.clock.monotonic.map { EventLog.Launch(id: launch, origin: $0) })
             await configuration.startStep?(.identityRead)
             let uploader = try await startUploader(log)
             await configuration.startStep?(.uploaderStarted)

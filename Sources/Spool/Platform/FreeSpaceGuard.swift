@@ -139,7 +139,8 @@ extension EventEngine {
                     let kept = min(bounds.count ?? .max, events)
                     log.setQueueBounds(
                         QueueBounds(
-                            count: kept, bytes: min(bounds.bytes ?? .max, max(bytes, 1)), age: bounds.age))
+                            count: kept, bytes: min(bounds.bytes ?? .max, max(bytes, 1)), age: bounds.age,
+                            freeSpace: true))
                     log.setHistoryLimits(
                         EventLog.HistoryLimits(
                             maximumAge: history.maximumAge,

@@ -13,6 +13,11 @@ import SpoolStorage
 /// `appendPrologue(sentAt:to:)` once, `append(_:to:)` for each event (with
 /// a comma between events), then `appendEpilogue(sentAt:to:)`. The event's
 /// parameters are spliced in as stored, never decoded and encoded again.
+/// `sentAt` is the device's clock when the body is built; `BatchEvent`
+/// gives each event's age then, on the device's monotonic clock, for a
+/// collector to correct the device's clock (see <doc:Uploading>). The
+/// loss the request reports goes in its `X-Spool-Loss` header, whatever
+/// the format writes.
 ///
 /// Choosing a format needs nothing more. Writing one needs the format
 /// authors' interface, `@_spi(FormatAuthoring) import Spool`: the
@@ -87,13 +92,47 @@ extension BatchFormat {
 /// Valid only inside the ``BatchFormat/append(_:to:)`` call that receives it.
 @_spi(FormatAuthoring) public struct BatchEvent {
     let row: EventRowView
+    /// When and on which clocks the body is built.
+    let clock: BatchClock
 
-    init(_ row: EventRowView) {
+    init(_ row: EventRowView, clock: BatchClock) {
         self.row = row
+        self.clock = clock
     }
 
     /// When it was recorded, in seconds since 1970.
     public var recordedAt: TimeInterval { row.recordedAt }
+
+    /// How long before the body was built it was recorded, in milliseconds.
+    ///
+    /// While the launch that recorded it builds the body, measured on the
+    /// device's monotonic clock, which counts sleep and ignores changes of
+    /// the wall clock (``ageIsMonotonic``). For an event an earlier launch
+    /// (or another process) recorded, the wall clock's difference between
+    /// the body's `sentAt` and the event's timestamp: off by whatever the
+    /// device's clock was changed by in between.
+    public var ageMilliseconds: Int64 { age.milliseconds }
+
+    /// True when ``ageMilliseconds`` was measured on the monotonic clock of
+    /// the launch that recorded the event.
+    public var ageIsMonotonic: Bool { age.monotonic }
+
+    private var age: (milliseconds: Int64, monotonic: Bool) {
+        if let now = clock.launch, let recorded = row.launch, recorded.id == now.id {
+            return (now.now - recorded.milliseconds, true)
+        }
+        return (clock.sentAtMilliseconds - EventLog.Launch.milliseconds(row.recordedAt), false)
+    }
+
+    /// Appends `"age":<milliseconds>`, and `,"ageClock":"wall"` when the age
+    /// is the wall clock's: the members Spool's format and the Kafka REST
+    /// format's record values carry.
+    func appendAgeMembers(to body: inout [UInt8]) {
+        let age = self.age
+        body.append(literal: #""age":"#)
+        body.append(integer: age.milliseconds)
+        if !age.monotonic { body.append(literal: #","ageClock":"wall""#) }
+    }
     /// True when it was recorded inside a session.
     var hasSession: Bool { row.session != nil }
 

@@ -18,8 +18,10 @@ import Foundation
 ///   an `identify` carries `traits`; a `group` carries `groupId` and
 ///   `traits`; an `alias` carries `previousId`. `messageId` is the event id
 ///   (Segment deduplicates on it), `timestamp` when it was recorded and
-///   `sentAt` when the request was built (Segment corrects the device's
-///   clock with the two).
+///   `sentAt` when the request was built, both on the device's clock:
+///   Segment corrects the device's clock with the two, as receivedAt −
+///   (`sentAt` − `timestamp`) (see <doc:Uploading>). The loss the request
+///   reports is in its `X-Spool-Loss` header.
 /// - `anonymousId`, `userId` and `context` are the ones the event was
 ///   recorded with (``EventEngine/identify(userId:traits:)``,
 ///   ``EventEngine/setContext(_:)``), whoever is signed in at upload time.

@@ -253,9 +253,12 @@ extension Uploader {
                 {
                     return (nil, lease)
                 }
+                // Reporting no loss: what the refused request reported is
+                // reported again by a request after the bisection.
                 return (
                     try UploadBatch.read(
-                        after: position, through: last, limit: limit, anyFormat: format, now: now, from: connection),
+                        after: position, through: last, limit: limit, anyFormat: format, clock: batchClock(),
+                        from: connection),
                     nil
                 )
             }

@@ -165,6 +165,7 @@ extension Uploader {
     func save(_ uploaded: (first: Int64, last: Int64)?, handoff: String?, thenRead point: ReadPoint?) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let records = unsavedRecords
+        let lossCounted = signals.withLock { $0.lossCounted }
         let (step, position, head, passed, wroteRecords, settled) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool, Bool) in
                 var passed: Int64 = 0
@@ -177,6 +178,8 @@ extension Uploader {
                     try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
                     // The hand-off is settled with its position: never twice.
                     if let handoff { settled = try connection.deleteHandoff(handoff) }
+                    // And the loss the request reported, in the same transaction.
+                    if lossCounted { try connection.settleLoss(accepted: uploaded.first, through: uploaded.last) }
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -217,9 +220,10 @@ extension Uploader {
             return .empty
         }
         let ending = point == .atPosition
-        // One query for the pause and the hand-offs: both are rare, and this
-        // runs for every batch.
+        // One query for the pause, the hand-offs and the loss to report:
+        // all are rare, and this runs for every batch.
         let gates = try connection.uploadGates()
+        signals.withLock { $0.lossCounted = gates.lossCounted }
         if gates.paused {
             if ending { try connection.releaseLease(consumer, owner: owner) }
             return .paused
@@ -232,8 +236,12 @@ extension Uploader {
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         var after = position
         if case .after(let last) = point { after = max(position, last) }
+        // What the request reports: read in this transaction, which records
+        // it as this request's (see `lossToCarry`).
+        let loss = gates.lossCounted ? try connection.lossToCarry(after: after) : LossCounts()
         switch try UploadBatch.read(
-            after: after, limit: settings.batchSize, anyFormat: format, now: now, from: connection)
+            after: after, limit: settings.batchSize, anyFormat: format, clock: batchClock(), loss: loss,
+            from: connection)
         {
         case .batch(let batch)?: return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)

@@ -61,6 +61,13 @@ extension Uploader {
     /// backoff, leases and batch records are measured in.
     nonisolated var now: Double { log.database.clock.now }
 
+    /// Now, on the clocks a body is built at: its `sentAt`, and the
+    /// monotonic clock of this launch, which each event's age is measured
+    /// on.
+    nonisolated func batchClock() -> BatchClock {
+        BatchClock(log.database.clock, launch: log.launch)
+    }
+
     // MARK: - Statistics
 
     func statistics() throws -> UploadStatistics {

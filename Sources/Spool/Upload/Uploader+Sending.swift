@@ -130,7 +130,8 @@ extension Uploader {
             for (index, position) in batch.positions.enumerated() {
                 outcomes[position] = EventOutcome(index < results.count ? results[index] : nil, status: status)
             }
-            let settled = try settle(batch.positions, outcomes)
+            // A 2xx: the collector took the request, and the loss it reports.
+            let settled = try settle(batch.positions, outcomes, acceptedFrom: batch.first)
             if outcomes.values.contains(where: { if case .rejected = $0 { true } else { false } }) {
                 counters.failedRequests += 1
             }
@@ -216,7 +217,7 @@ extension Uploader {
         let key = batch.key
         let retries = lastSent?.key == key ? lastSent?.sends ?? 0 : 0
         lastSent = (key, retries + 1)
-        return UploadClient.Tag(batchID: key, retries: retries)
+        return UploadClient.Tag(batchID: key, retries: retries, loss: batch.lossHeader)
     }
 
     /// Builds the request and sends it through the client's transport or

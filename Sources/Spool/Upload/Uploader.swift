@@ -51,6 +51,11 @@ actor Uploader {
         /// Uploads were found paused (``pauseUploads``): commits start no
         /// pass; the timer's passes look again.
         var paused = false
+        /// The last read found loss waiting to be reported (`upload_loss`),
+        /// or none was read yet: settling a request settles its loss too.
+        /// (Only a read under the lease records what a request carries, so
+        /// with none found, no request carries any.)
+        var lossCounted = true
         var pending: Int64 { max(0, head - position) }
     }
 
@@ -381,6 +386,9 @@ actor Uploader {
         let handedOff = try log.database.onQueue { connection in
             try connection.transaction {
                 try connection.deleteDeadLetters(through: position)
+                // The loss counted so far is about the events discarded: the
+                // collector hears of nothing recorded before the withdrawal.
+                try connection.forgetLoss()
                 _ = try connection.advanceConsumerInTransaction(consumer, to: position)
                 return try connection.deleteHandoffs(through: position)
             }
