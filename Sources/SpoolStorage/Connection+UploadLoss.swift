@@ -2,7 +2,7 @@
 /// counts a request reports (`upload_loss.cause`, the `spool.lost` members
 /// of Spool's body, the keys of the `X-Spool-Loss` header).
 package enum LossCause: String, CaseIterable, Sendable {
-    /// The queue's count bound (`maxQueueSize`, `maximumRetainedEvents`).
+    /// The queue's count bound (`maximumRetainedEvents`).
     case queueCount = "queue_count"
     /// The queue's byte bound (`maximumQueueBytes`).
     case queueBytes = "queue_bytes"

@@ -157,8 +157,8 @@ case "--worker":
     else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), maximumRetainedEvents: nil, collectorURL: collector,
-            dispatcher: DefaultEventDispatcher(batchSize: 10, timerInterval: 0.2, requestTimeout: 5),
+            database: .file(url), maximumRetainedEvents: nil, collectorURL: collector, batchSize: 10,
+            uploadInterval: 0.2, dispatcher: DefaultEventDispatcher(requestTimeout: 5),
             retryPolicy: RetryPolicy(initialDelay: 0.05, maximumDelay: 0.5)))
     // Both workers open the new file at the same moment.
     try await waitForStartTime(startAt)
@@ -296,8 +296,8 @@ case "--open":
     guard arguments.count >= 5, let startAt = Double(arguments[4]) else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"),
-            dispatcher: DefaultEventDispatcher(timerInterval: 3_600)))
+            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"), uploadInterval: 3_600,
+            dispatcher: DefaultEventDispatcher()))
     let printer = Printer()
     engine.events.addDurableObserver(printer, id: "open")
     try await waitForStartTime(startAt)
@@ -355,8 +355,8 @@ case "--notifier":
     guard arguments.count >= 5, let collector = URL(string: arguments[4]) else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), collectorURL: collector,
-            dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 60, requestTimeout: 5)))
+            database: .file(url), collectorURL: collector, batchSize: 50, uploadInterval: 60,
+            dispatcher: DefaultEventDispatcher(requestTimeout: 5)))
     try await engine.start()
     if case .recorded(let id) = try await engine.recordDurably("via_notifier") { emit("ID \(id)") }
     SpoolBackgroundNotifier.applicationDidEnterBackground()

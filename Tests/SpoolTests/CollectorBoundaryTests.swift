@@ -55,7 +55,7 @@ struct CollectorBoundaryTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maxQueueSize: 150)
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maximumRetainedEvents: 150)
         try await engine.start()
         _ = try recordEvents(engine, 99)  // with session_start: one full batch, sent and held
         #expect(try await collector.waitForHeld())
@@ -186,8 +186,7 @@ struct CollectorBoundaryTests {
         let listener = CollectingListener()
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
         configuration.dispatcher = DefaultEventDispatcher(
-            batchSize: 100, timerInterval: 3_600, format: SpoolBatchFormat(),
-            request: UploadRequestOptions(compression: .identity))
+            format: SpoolBatchFormat(), request: UploadRequestOptions(compression: .identity))
         let engine = EventEngine(configuration: configuration)
         engine.events.addDurableObserver(listener, id: "requeue")
         try await engine.start()
@@ -215,7 +214,7 @@ struct CollectorBoundaryTests {
     func requeueRespectsTheQueueBound() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maxQueueSize: 100)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maximumRetainedEvents: 100)
         try await engine.start()
         let refused = try recordEvents(engine, 9, prefix: "early")
         try await collector.control(["reject_ids": Array(refused.prefix(5))])

@@ -10,7 +10,8 @@ struct ConfigurationConflictTests {
     static let collector = URL(string: "http://127.0.0.1:9/unused")!
 
     func configuration(_ database: DatabaseLocation, _ dispatcher: DefaultEventDispatcher) -> EngineConfiguration {
-        EngineConfiguration(database: database, collectorURL: Self.collector, dispatcher: dispatcher)
+        EngineConfiguration(
+            database: database, collectorURL: Self.collector, uploadInterval: 3_600, dispatcher: dispatcher)
     }
 
     @Test(
@@ -18,7 +19,7 @@ struct ConfigurationConflictTests {
         arguments: [(DataStoreType.file, "Other", true), (.memory, "OPTEventQueue", true), (.file, "Other", false)])
     func disagreeingLocationIsATypedError(store: DataStoreType, name: String, onFile: Bool) async throws {
         let directory = TemporaryDirectory()
-        let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 3_600)
+        let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name)
         let engine = EventEngine(
             configuration: configuration(onFile ? .file(directory.databaseURL) : .inMemory, dispatcher))
         await #expect {
@@ -35,14 +36,14 @@ struct ConfigurationConflictTests {
     func agreeingLocationsStart() async throws {
         let directory = TemporaryDirectory()
         let agreeing = [
-            configuration(.file(directory.databaseURL), DefaultEventDispatcher(timerInterval: 3_600)),
-            configuration(.inMemory, DefaultEventDispatcher(timerInterval: 3_600)),
-            configuration(.inMemory, DefaultEventDispatcher(backingStore: .memory, timerInterval: 3_600)),
+            configuration(.file(directory.databaseURL), DefaultEventDispatcher()),
+            configuration(.inMemory, DefaultEventDispatcher()),
+            configuration(.inMemory, DefaultEventDispatcher(backingStore: .memory)),
             configuration(
                 .file(directory.file("Named.sqlite")),
-                DefaultEventDispatcher(dataStoreName: "Named", timerInterval: 3_600)),
+                DefaultEventDispatcher(dataStoreName: "Named")),
             .uploading(
-                to: Self.collector, dispatcher: DefaultEventDispatcher(dataStoreName: "Mine", timerInterval: 3_600),
+                to: Self.collector, dispatcher: DefaultEventDispatcher(dataStoreName: "Mine"),
                 in: directory.url),
         ]
         for configuration in agreeing {

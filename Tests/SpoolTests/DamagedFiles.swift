@@ -28,7 +28,7 @@ enum DamagedFiles {
         configure: (inout EngineConfiguration) -> Void = { _ in }
     ) -> EventEngine {
         var configuration = uploadingConfiguration(
-            directory, collector: collector, batchSize: 5_000, timerInterval: 600, maxQueueSize: 10_000)
+            directory, collector: collector, batchSize: 5_000, timerInterval: 600, maximumRetainedEvents: 10_000)
         configure(&configuration)
         return EventEngine(configuration: configuration)
     }

@@ -11,10 +11,10 @@ import Testing
 struct DispatcherRuleTests {
     @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default", .needsChildProcesses)
     func batchSizeRules() async throws {
-        #expect(DefaultEventDispatcher().batchSize == 10)
-        #expect(DefaultEventDispatcher(batchSize: 1).batchSize == 1)
-        #expect(DefaultEventDispatcher(batchSize: 0).batchSize == 10)
-        #expect(DefaultEventDispatcher(batchSize: -5).batchSize == 10)
+        #expect(EngineConfiguration().uploadBatchSize == 10)
+        #expect(EngineConfiguration(batchSize: 1).uploadBatchSize == 1)
+        #expect(EngineConfiguration(batchSize: 0).uploadBatchSize == 10)
+        #expect(EngineConfiguration(batchSize: -5).uploadBatchSize == 10)
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -45,12 +45,13 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
+        "P2, D3: uploadInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
         .needsChildProcesses)
     func timerRules() async throws {
-        #expect(DefaultEventDispatcher().timerInterval == 60)
-        #expect(DefaultEventDispatcher(timerInterval: 0).timerInterval == 0)
-        #expect(DefaultEventDispatcher(timerInterval: -1).timerInterval == 60)
+        #expect(EngineConfiguration().uploadTimerInterval == 60)
+        #expect(EngineConfiguration(uploadInterval: 0).uploadTimerInterval == 0)
+        #expect(EngineConfiguration(uploadInterval: -1).uploadTimerInterval == 60)
+        #expect(EngineConfiguration(uploadInterval: .infinity).uploadTimerInterval == 60)
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -83,18 +84,18 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
+        "D4: maximumRetainedEvents 10000 by default bounds an uploading log; the oldest give way, counted",
         .needsChildProcesses)
     func queueSizeRules() async throws {
-        #expect(DefaultEventDispatcher().maxQueueSize == 10_000)
-        #expect(DefaultEventDispatcher(maxQueueSize: 99).maxQueueSize == 10_000)
-        #expect(DefaultEventDispatcher(maxQueueSize: 100).maxQueueSize == 100)
-        #expect(DefaultEventDispatcher(batchSize: 500, maxQueueSize: 200).maxQueueSize == 500)
+        #expect(EngineConfiguration().maximumRetainedEvents == 10_000)
+        #expect(
+            EngineConfiguration.uploading(to: URL(string: "https://c.invalid")!, in: URL(fileURLWithPath: "/"))
+                .maximumRetainedEvents == 10_000)
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maxQueueSize: 100)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maximumRetainedEvents: 100)
         try await engine.start()
         var ids: [String] = []
         for index in 0..<300 {
@@ -128,7 +129,7 @@ struct DispatcherRuleTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         for (store, name) in [(DataStoreType.file, "Queue"), (Self.userDefaults(), "Defaults"), (.memory, "Memory")] {
-            let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 60)
+            let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name)
             let location = dispatcher.databaseLocation(in: directory.url)
             let engine = EventEngine(
                 configuration: .uploading(to: collector.url, dispatcher: dispatcher, in: directory.url))

@@ -17,8 +17,8 @@ struct FreeSpaceTests {
         defer { mount.unmount() }
         let url = mount.url.appendingPathComponent("spool.sqlite")
         var configuration = EngineConfiguration(
-            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"),
-            dispatcher: DefaultEventDispatcher(batchSize: 5_000, timerInterval: 3_600))
+            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"), batchSize: 5_000,
+            uploadInterval: 3_600, dispatcher: DefaultEventDispatcher())
         configuration.minimumFreeDiskSpace = 6_000_000
         configuration.freeSpaceCheckInterval = 0
         let engine = EventEngine(configuration: configuration)

@@ -59,9 +59,8 @@ struct IdempotencyTests {
         // The next launch reads the same two events (session_start and the
         // one recorded) as its first batch.
         var configuration = EngineConfiguration(
-            database: .file(directory.databaseURL), collectorURL: collector.url,
-            dispatcher: DefaultEventDispatcher(
-                batchSize: 2, timerInterval: 3_600, requestTimeout: defaultRequestTimeout))
+            database: .file(directory.databaseURL), collectorURL: collector.url, batchSize: 2, uploadInterval: 3_600,
+            dispatcher: DefaultEventDispatcher(requestTimeout: defaultRequestTimeout))
         configuration.retryPolicy = fastRetry
         let engine = EventEngine(configuration: configuration)
         try await engine.start()

@@ -108,7 +108,7 @@ struct ProcessBoundaryTests {
         let drainer = EventEngine(
             configuration: EngineConfiguration(
                 database: .file(directory.databaseURL), maximumRetainedEvents: nil, collectorURL: collector.url,
-                dispatcher: DefaultEventDispatcher(batchSize: 100, requestTimeout: 5), retryPolicy: fastRetry))
+                batchSize: 100, dispatcher: DefaultEventDispatcher(requestTimeout: 5), retryPolicy: fastRetry))
         try await drainer.start()
         try await waitUntil(timeout: 5, interval: 0.1) {
             // A failed flush leaves the events queued: the next poll tries again.

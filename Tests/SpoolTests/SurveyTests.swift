@@ -143,8 +143,7 @@ struct SurveyTests {
     func historySurvivesRestartAndIsPruned() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let dispatcher = DefaultEventDispatcher(timerInterval: 60)
-        var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
+        var configuration = EngineConfiguration.uploading(to: collector.url, in: directory.url)
         configuration.historyRetention = 30 * 86_400
         // An occurrence older than the retention, recorded 45 days ago (so
         // before everything below: history rows are pruned in recording order).

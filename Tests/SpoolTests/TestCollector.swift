@@ -272,29 +272,33 @@ let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2
 /// events before the test has scripted the collector's answers.
 func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
+    maximumRetainedEvents: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout,
+    retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EventEngine {
     EventEngine(
         configuration: uploadingConfiguration(
             directory, collector: collector, batchSize: batchSize, timerInterval: timerInterval,
-            maxQueueSize: maxQueueSize, requestTimeout: requestTimeout, retry: retry, format: format, request: request,
+            maximumRetainedEvents: maximumRetainedEvents, requestTimeout: requestTimeout, retry: retry, format: format,
+            request: request,
             path: path, clock: clock))
 }
 
 /// The configuration ``uploadingEngine`` starts from, to change before use.
 func uploadingConfiguration(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
+    maximumRetainedEvents: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout,
+    retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EngineConfiguration {
-    let dispatcher = DefaultEventDispatcher(
-        batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout,
-        format: format, request: request)
+    let dispatcher = DefaultEventDispatcher(requestTimeout: requestTimeout, format: format, request: request)
     let url = URL(string: "http://127.0.0.1:\(collector.port)\(path)")!
     var configuration = EngineConfiguration.uploading(to: url, dispatcher: dispatcher, in: directory.url)
+    configuration.batchSize = batchSize
+    configuration.uploadInterval = timerInterval
+    configuration.maximumRetainedEvents = maximumRetainedEvents
     configuration.retryPolicy = retry
     if let clock { configuration.clock = clock }  // a ManualClock: the test moves time
     return configuration

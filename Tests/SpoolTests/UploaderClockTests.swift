@@ -75,12 +75,9 @@ struct UploaderClockTests {
 
     /// A custom dispatcher that answers every batch at once with 200, or,
     /// while `silent`, never calls its completion.
-    final class SilentOrInstantDispatcher: EventDispatcher, BatchingPolicy {
+    final class SilentOrInstantDispatcher: EventDispatcher {
         let silent = Protected(true)
         let batches = Protected(0)
-        let batchSize = 100
-        let timerInterval: TimeInterval = 3_600
-        let maxQueueSize = 10_000
         func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
             batches.withLock { $0 += 1 }
             guard !silent.withLock({ $0 }) else { return }
@@ -96,8 +93,8 @@ struct UploaderClockTests {
         let dispatcher = SilentOrInstantDispatcher()
         var configuration = EngineConfiguration(
             database: .file(directory.url.appendingPathComponent("events.sqlite")),
-            collectorURL: URL(string: "http://127.0.0.1:9/unused")!, dispatcher: dispatcher,
-            retryPolicy: RetryPolicy(initialDelay: 3_600))
+            collectorURL: URL(string: "http://127.0.0.1:9/unused")!, batchSize: 100, uploadInterval: 3_600,
+            dispatcher: dispatcher, retryPolicy: RetryPolicy(initialDelay: 3_600))
         configuration.clock = clock
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
@@ -151,10 +148,11 @@ struct UploaderClockTests {
         let directory = TemporaryDirectory()
         let transport = LaterTransport()
         let dispatcher = DefaultEventDispatcher(
-            timerInterval: 3_600, request: UploadRequestOptions(compression: .identity), transport: transport)
-        let engine = EventEngine(
-            configuration: .uploading(
-                to: URL(string: "http://127.0.0.1:9/unused")!, dispatcher: dispatcher, in: directory.url))
+            request: UploadRequestOptions(compression: .identity), transport: transport)
+        var configuration = EngineConfiguration.uploading(
+            to: URL(string: "http://127.0.0.1:9/unused")!, dispatcher: dispatcher, in: directory.url)
+        configuration.uploadInterval = 3_600
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         for round in 0..<3 {
             _ = try recordEvents(engine, 2, prefix: "r\(round)_")

@@ -36,7 +36,7 @@ struct WireLossTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["format": format.rawValue])
         let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 50, maxQueueSize: 100, format: format.format)
+            directory, collector: collector, batchSize: 50, maximumRetainedEvents: 100, format: format.format)
         try await engine.start()
         return (directory, collector, engine)
     }
@@ -150,7 +150,7 @@ struct WireLossTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["format": "spool"])
         // A bound of 200 here: this process drops nothing.
-        let first = uploadingEngine(directory, collector: collector, maxQueueSize: 200)
+        let first = uploadingEngine(directory, collector: collector, maximumRetainedEvents: 200)
         try await first.start()
         try await first.flush()  // session_start: the uploader's position is past it
 
@@ -170,7 +170,7 @@ struct WireLossTests {
 
         // The next launch sends the same batch with the same counts.
         try await collector.control(["mode": "ok"])
-        let second = uploadingEngine(directory, collector: collector, maxQueueSize: 200)
+        let second = uploadingEngine(directory, collector: collector, maximumRetainedEvents: 200)
         try await second.start()
         try await flushUntilDone(second)
         let taken = collector.requests().filter(\.taken)

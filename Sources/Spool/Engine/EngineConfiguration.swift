@@ -54,16 +54,13 @@ public struct EngineConfiguration: Sendable {
     /// ``EventEngine/setConsent(_:)`` with false, before or after `start()`.
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
-    /// (durable listeners, the uploader). Past it the oldest give way and are
-    /// counted as dropped per consumer. `nil` keeps everything; values below 1
-    /// count as 1. Default 10,000.
-    ///
-    /// **Not used while ``collectorURL`` is set:** the bound is then the
-    /// dispatcher's `maxQueueSize` (a dispatcher adopting ``BatchingPolicy``,
-    /// such as ``DefaultEventDispatcher``), or 10,000 for any other dispatcher
-    /// or none; an uploading engine has no unbounded queue. Set the bound on
-    /// the dispatcher then. Events recorded before a session starts wait in
-    /// memory under the bound in force.
+    /// (durable listeners, the uploader). Past it the **oldest** give way
+    /// (fresh events matter most to analytics and survey rules): the caller
+    /// is never blocked, and every dropped event is counted per consumer
+    /// (``UploadStatistics/dropped`` and the `dropped` column of
+    /// `consumer_lag`). `nil` keeps everything; values below 1 count as 1.
+    /// Default 10,000. Events recorded before a session starts wait in memory
+    /// under the same bound (10,000 when it is `nil`).
     public var maximumRetainedEvents: Int?
     /// The most bytes the log's queued events may take (their names and
     /// parameters, UTF-8). Past it the oldest give way, as with
@@ -78,15 +75,18 @@ public struct EngineConfiguration: Sendable {
     /// events refuse them themselves. Applies when uploading too.
     public var maximumEventAge: TimeInterval?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
-    /// feeds listeners and durable listeners). Setting it makes the
-    /// dispatcher's `maxQueueSize` the retention bound (see
-    /// ``maximumRetainedEvents``); the database stays at ``database``.
+    /// feeds listeners and durable listeners); the database stays at
+    /// ``database``.
     public var collectorURL: URL?
+    /// The most events in one upload request, and the pending count that
+    /// starts an upload. Default 10; 1 sends each event alone; 0 or less
+    /// uses the default. A format's own per-request limit also applies.
+    public var batchSize: Int
+    /// Seconds between timed uploads of whatever is pending. Default 60; 0
+    /// uploads as soon as events are committed; negative uses the default.
+    public var uploadInterval: TimeInterval
     /// What sends the batches. `nil` uses a ``DefaultEventDispatcher``
-    /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
-    /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
-    /// `timerInterval`, and its `maxQueueSize` replaces
-    /// `maximumRetainedEvents`; any other gets the default batching. A
+    /// with its defaults. A
     /// `DefaultEventDispatcher`'s `backingStore` and `dataStoreName` do not
     /// move the database: ``database`` says where it is (set by
     /// ``uploading(to:dispatcher:in:)`` from them). When they ask for another
@@ -234,6 +234,15 @@ public struct EngineConfiguration: Sendable {
     /// with `defaultPriorityEventNames.union([...])`.
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
+    // The upload defaults, named once for the initializer's signature (hence
+    // @usableFromInline) and for the engine; the properties document them.
+    /// Events per request unless you set another size: 10.
+    @usableFromInline static let defaultBatchSize = 10
+    /// Seconds between timed uploads unless you set another: 60.
+    @usableFromInline static let defaultUploadInterval: TimeInterval = 60
+    /// The retention bound unless you set another: 10,000.
+    @usableFromInline static let defaultRetainedEvents = 10_000
+
     /// Creates a configuration; every parameter has a default, so name only
     /// what you change. See each property for its meaning.
     ///
@@ -248,8 +257,10 @@ public struct EngineConfiguration: Sendable {
         excludedEventNames: Set<String> = [],
         enabled: Bool = true,
         consent: Bool = true,
-        maximumRetainedEvents: Int? = 10_000,
+        maximumRetainedEvents: Int? = EngineConfiguration.defaultRetainedEvents,
         collectorURL: URL? = nil,
+        batchSize: Int = EngineConfiguration.defaultBatchSize,
+        uploadInterval: TimeInterval = EngineConfiguration.defaultUploadInterval,
         dispatcher: (any EventDispatcher)? = nil,
         retryPolicy: RetryPolicy = RetryPolicy(),
         historyRetention: TimeInterval? = 90 * 86_400,
@@ -262,6 +273,8 @@ public struct EngineConfiguration: Sendable {
         self.historyRetention = historyRetention
         self.maximumHistoryRows = maximumHistoryRows
         self.collectorURL = collectorURL
+        self.batchSize = batchSize
+        self.uploadInterval = uploadInterval
         self.dispatcher = dispatcher
         self.retryPolicy = retryPolicy
         self.database = database
@@ -281,21 +294,23 @@ extension EngineConfiguration {
     /// inside `directory`.
     ///
     /// With the default dispatcher the database is
-    /// `<directory>/OPTEventQueue.sqlite`, and the log keeps at most the
-    /// dispatcher's `maxQueueSize` events. The directory must exist.
+    /// `<directory>/OPTEventQueue.sqlite`. The directory must exist. Every
+    /// other setting has its default: change the copy before creating the
+    /// engine.
     ///
     /// ```swift
-    /// let engine = EventEngine(configuration: .uploading(
+    /// var configuration = EngineConfiguration.uploading(
     ///     to: URL(string: "https://collector.example.com/v1/batch")!,
-    ///     dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 30),
-    ///     in: applicationSupportDirectory))
+    ///     in: applicationSupportDirectory)
+    /// configuration.batchSize = 50
+    /// configuration.uploadInterval = 30
+    /// let engine = EventEngine(configuration: configuration)
     /// ```
     public static func uploading(
         to collectorURL: URL, dispatcher: DefaultEventDispatcher = DefaultEventDispatcher(), in directory: URL
     ) -> EngineConfiguration {
         EngineConfiguration(
-            database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
-            collectorURL: collectorURL, dispatcher: dispatcher)
+            database: dispatcher.databaseLocation(in: directory), collectorURL: collectorURL, dispatcher: dispatcher)
     }
 
     /// Why a `DefaultEventDispatcher`'s `backingStore` and `dataStoreName`
@@ -317,10 +332,13 @@ extension EngineConfiguration {
         return .conflictingDatabaseLocation(configured: database.path, requested: asking)
     }
 
-    /// The retention bound in force: a `DefaultEventDispatcher`'s queue size
-    /// when uploading through one.
-    var effectiveRetention: Int? {
-        guard collectorURL != nil else { return maximumRetainedEvents }
-        return (dispatcher as? any BatchingPolicy)?.maxQueueSize ?? DefaultEventDispatcher.defaultMaxQueueSize
+    /// The uploader's batch size: ``batchSize``, or its default when it is 0
+    /// or less.
+    var uploadBatchSize: Int { batchSize > 0 ? batchSize : Self.defaultBatchSize }
+
+    /// The uploader's timer: ``uploadInterval``, or its default when it is
+    /// negative or not finite.
+    var uploadTimerInterval: TimeInterval {
+        uploadInterval >= 0 && uploadInterval.isFinite ? uploadInterval : Self.defaultUploadInterval
     }
 }

@@ -93,7 +93,7 @@ extension EventEngine {
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(
             QueueBounds(
-                count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                count: configuration.maximumRetainedEvents, bytes: configuration.maximumQueueBytes,
                 age: configuration.maximumEventAge))
         let limits = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)

@@ -92,7 +92,7 @@ extension EventEngine {
         case .status(let code): (status, reason) = (code, nil)
         case .reasonContaining(let text): (status, reason) = (nil, text)
         }
-        let bound = configuration.effectiveRetention
+        let bound = configuration.maximumRetainedEvents
         let requeued = Protected((count: 0, head: Int64(0)))
         try await SpoolError.bridgingAsync {
             // In the background the database is suspended: wake it for this.
@@ -167,11 +167,9 @@ extension EventEngine {
     func startUploader(_ log: EventLog) async throws -> Uploader? {
         guard let url = configuration.collectorURL else { return nil }
         let dispatcher = configuration.dispatcher ?? DefaultEventDispatcher()
-        let policy = dispatcher as? any BatchingPolicy
         let defaults = dispatcher as? DefaultEventDispatcher
         var settings = Uploader.Settings(
-            url: url, batchSize: max(1, policy?.batchSize ?? DefaultEventDispatcher.defaultBatchSize),
-            timerInterval: max(0, policy?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval),
+            url: url, batchSize: configuration.uploadBatchSize, timerInterval: configuration.uploadTimerInterval,
             retry: configuration.retryPolicy)
         // The HTTP transport gives up after twice its request timeout.
         if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }

@@ -113,7 +113,7 @@ extension EventEngine {
             return nil
         }
         let bounds = QueueBounds(
-            count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+            count: configuration.maximumRetainedEvents, bytes: configuration.maximumQueueBytes,
             age: configuration.maximumEventAge)
         let history = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
@@ -123,7 +123,8 @@ extension EventEngine {
             log?.database.async { $0?.checkpointPassive() }
         }
         return FreeSpaceGuard(
-            path: url.path, platform: configuration.platform, minimum: minimum, interval: configuration.freeSpaceCheckInterval,
+            path: url.path, platform: configuration.platform, minimum: minimum,
+            interval: configuration.freeSpaceCheckInterval,
             diagnostics: diagnosticsCenter, whileLow: whileLow
         ) { [weak log] low, done in
             guard let log else { return }
