@@ -84,7 +84,7 @@ struct IdempotencyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
         try await engine.start()
         _ = try recordEvents(engine, 3)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let refused = try #require(collector.requests().first)
         _ = try recordEvents(engine, 4, prefix: "after")
         try await flushUntilDone(engine)
@@ -100,7 +100,7 @@ struct IdempotencyTests {
         // it uploads (its session_start at least): the retry is the same.
         try await collector.control(["mode": "status", "status": 500, "times": 1])
         _ = try recordEvents(engine, 2, prefix: "second")
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let refusedAgain = try #require(collector.requests().last)
         await engine.close()
         let relaunched = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
