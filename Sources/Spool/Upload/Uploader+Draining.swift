@@ -41,7 +41,7 @@ extension Uploader {
         defer { if let prepared { discard(prepared) } }
         // `pauses`: erasure, a consent withdrawal or a pause waits for the
         // request in flight only.
-        while !closed, pauses == 0 {
+        while schedule.passMayContinue {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if uploaded == nil, let outcome = try await settleNextReport() {
                 if case .uploaded(let first, let last, let batchID) = outcome {
@@ -49,12 +49,14 @@ extension Uploader {
                 }
                 continue
             }
-            if !force, !networkAvailable { break }  // the path's return triggers the next pass
-            if !policyAllows {
-                if force { throw SpoolError.uploadDeferred(reason: Self.meteredReason) }
-                break  // an unmetered path triggers the next pass
+            // Offline, metered under the policy, backing off: what lifts
+            // the hold (the path, the policy, the retry timer) triggers the
+            // next pass.
+            switch schedule.gate(force: force, now: now) {
+            case .go: break
+            case .endPass: return try saveAndEnd(uploaded, settled)
+            case .refuse(let reason): throw SpoolError.uploadDeferred(reason: reason)
             }
-            if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
             let ready = try takePrepared(&prepared, after: uploaded)
             let step: Step
             if let ready {
@@ -71,7 +73,9 @@ extension Uploader {
             case .heldElsewhere(let lease):
                 throw heldElsewhere(lease)
             case .paused:
-                if force { throw SpoolError.uploadDeferred(reason: Self.pausedReason) }
+                if case .refuse(let reason) = schedule.pausedInDatabase(force: force) {
+                    throw SpoolError.uploadDeferred(reason: reason)
+                }
                 return
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
@@ -97,6 +101,12 @@ extension Uploader {
                 if sent.accepted { uploaded = (batch.first, batch.last) }
             }
         }
+        try saveAndEnd(uploaded, settled)
+    }
+
+    /// The pass ends: saves what the collector took, if anything, or the
+    /// records of its requests.
+    private func saveAndEnd(_ uploaded: (first: Int64, last: Int64)?, _ settled: String?) throws {
         if let uploaded { _ = try saveAndRead(uploaded, handoff: settled, read: false) } else { try saveNotes() }
     }
 
@@ -108,9 +118,8 @@ extension Uploader {
     ) throws {
         _ = try saveAndRead(uploaded, handoff: settled, read: false)
         guard force, let handoff else { return }
-        throw SpoolError.uploadDeferred(
-            reason:
-                "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
+        throw SpoolError.uploadDeferred(reason: 
+            "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
                 + "they are settled when it reports")
     }
 
@@ -119,14 +128,13 @@ extension Uploader {
     /// (the salvage closed them up). The batch is read and sent again.
     func checkSameFileAsRead() throws {
         guard log.database.fileGeneration == readGeneration else {
-            throw SpoolError.uploadDeferred(
-                reason: "the database file was salvaged while a batch was in flight; it is sent again")
+            throw SpoolError.uploadDeferred(reason: "the database file was salvaged while a batch was in flight; it is sent again")
         }
     }
 
     /// Another process holds the lease: retry when it is free.
     func heldElsewhere(_ lease: ConsumerLease) -> SpoolError {
-        retryWhenFree(lease)
+        armRetryTimer(schedule.leaseHeldElsewhere(until: lease.expires, now: now))
         return SpoolError.uploadDeferred(reason: "another process (\(lease.owner)) is uploading")
     }
 

@@ -95,11 +95,7 @@ extension Uploader {
     /// Waits for a pass that settles the reports received so far (and, in
     /// the background, hands the next batch to the system).
     func settleReceived() async throws {
-        guard !closed else { throw SpoolError.closed }
-        try await withCheckedThrowingContinuation { continuation in
-            waiting.append(continuation)
-            trigger(force: false)
-        }
+        try await waitForPass(force: false)
     }
 
     /// Writes `batch`'s request body to a file, records the hand-off, and

@@ -132,7 +132,6 @@ extension Uploader {
     /// The collector refused the request itself: keep the events, back off,
     /// and say why in the statistics and a diagnostic naming the status.
     func holdBack(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
-        heldBack = reason
         try backOff(reason, retryAfter: retryAfter, events: events, kind: .uploadHeldBack)
     }
 
