@@ -25,7 +25,6 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// Whether ``suspend()`` holds one of the checkpointer's pauses (pauses
     /// count, so an erasure's and a suspension's do not undo each other).
     private let checkpointsSuspended = Protected(false)
-    private let clockBox = Protected<any SpoolClock>(SystemClock())
     /// Told, on the queue, when work arrives while suspended (the engine
     /// opens a background window to run it).
     package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
@@ -112,13 +111,10 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.async { self.perform { body(self.connection) } }
     }
 
-    /// What delayed blocks (``asyncAfter(_:_:)``, ``timer(after:_:)``) and the
-    /// code using this database read the time from: ``SystemClock`` unless
-    /// set.
-    package var clock: any SpoolClock {
-        get { clockBox.withLock { $0 } }
-        set { clockBox.withLock { $0 = newValue } }
-    }
+    /// What delayed blocks (``asyncAfter(_:_:)``, ``timer(after:_:)``), the
+    /// connection and the code using this database read the time from:
+    /// ``ConnectionOptions/clock``.
+    package var clock: any SpoolClock { options.clock }
 
     /// Runs `body` on the queue after `delay` seconds of ``clock``; `body`
     /// gets nil once closed. The wait does not keep this object alive.
