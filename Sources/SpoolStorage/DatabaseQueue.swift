@@ -11,8 +11,10 @@ import Foundation
 /// would deadlock).
 package final class DatabaseQueue: @unchecked Sendable {
     // Safe: `connection` is only touched from blocks running on `queue`:
-    // every entry point dispatches onto it (`sync` checks it is not already
-    // there, `assertOnQueue` that a caller is).
+    // each entry point either dispatches onto it (`sync` and `close` check
+    // they are not already there) or checks that it runs there
+    // (`assertOnQueue`: `onQueue`, `replaceFile`, `fileGeneration`); `deinit`
+    // touches it directly, when no block can be running.
     private let queue: DispatchQueue
     private var connection: Connection?
     private let checkpointer: Checkpointer?
