@@ -99,17 +99,6 @@ extension Connection {
         return available
     }
 
-    /// ``lossToCarry(from:)`` for the request that starts with the first
-    /// event after `position`; nothing when there is none.
-    package func lossToCarry(after position: Int64) throws -> LossCounts {
-        let first = try withStatement("SELECT min(seq) FROM events WHERE seq > ?") { statement -> Int64? in
-            try statement.bind(position, at: 1)
-            return try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
-        }
-        guard let first else { return LossCounts() }
-        return try lossToCarry(from: first)
-    }
-
     /// What the unsettled request whose first event is at `first` carries
     /// (nothing when none was recorded).
     package func carriedLoss(from first: Int64) throws -> LossCounts {

@@ -315,13 +315,14 @@ struct SalvageCopy {
     /// the damaged file has too (the collectors Spool learnt about, counters,
     /// the record of recent uploads…).
     private func otherTables() throws -> [String] {
-        // `background_transfers` and `upload_loss_carried` stay behind: their
+        // `background_transfers`, `upload_loss_carried` and
+        // `upload_batch_bounds` stay behind: their
         // positions are the old file's, and the fresh file's close up. Those
         // events go out again as new batches (a late report for one of them
         // settles nothing), with the loss counted (`upload_loss`, copied).
         let own: Set<String> = [
             "events", "consumers", "event_history", "dead_letters", "log_head", "schema_migrations",
-            "background_transfers", "upload_loss_carried",
+            "background_transfers", "upload_loss_carried", "upload_batch_bounds",
         ]
         return try fresh.withStatement(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name"

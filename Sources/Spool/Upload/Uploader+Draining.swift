@@ -178,6 +178,7 @@ extension Uploader {
                     if let handoff { settled = try connection.deleteHandoff(handoff) }
                     // And the loss the request reported, in the same transaction.
                     if lossCounted { try connection.settleLoss(accepted: uploaded.first, through: uploaded.last) }
+                    try connection.forgetBatchBounds(through: uploaded.last)
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -234,14 +235,23 @@ extension Uploader {
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         var after = position
         if case .after(let last) = point { after = max(position, last) }
+        // A batch read before from the same first event ends where it did:
+        // a retry carries the same events under the same key (W3).
+        let bound = try connection.batchBound(after: after)
+        guard let first = bound.first else {
+            if ending { try connection.releaseLease(consumer, owner: owner) }
+            return .empty
+        }
         // What the request reports: read in this transaction, which records
         // it as this request's (see `lossToCarry`).
-        let loss = gates.lossCounted ? try connection.lossToCarry(after: after) : LossCounts()
+        let loss = gates.lossCounted ? try connection.lossToCarry(from: first) : LossCounts()
         switch try UploadBatch.read(
-            after: after, limit: settings.batchSize, anyFormat: format, clock: batchClock(), loss: loss,
-            from: connection)
+            after: after, through: bound.through ?? .max, limit: settings.batchSize, anyFormat: format,
+            clock: batchClock(), loss: loss, from: connection)
         {
-        case .batch(let batch)?: return .batch(batch)
+        case .batch(let batch)?:
+            try connection.noteBatchBound(first: batch.first, last: batch.last)
+            return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
             if ending { try connection.releaseLease(consumer, owner: owner) }
