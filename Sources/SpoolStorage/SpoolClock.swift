@@ -48,12 +48,12 @@ package struct SystemClock: SpoolClock {
 extension SpoolClock {
     /// Suspends the calling task until `delay` seconds of this clock have
     /// passed. Not cancellable: it returns when the time is up.
-    package func sleep(for delay: TimeInterval) async {
+    package func sleep(seconds delay: TimeInterval) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             schedule(after: delay, on: sleepQueue) { continuation.resume() }
         }
     }
 }
 
-/// Where ``SpoolClock/sleep(for:)`` resumes its waiters.
+/// Where ``SpoolClock/sleep(seconds:)`` resumes its waiters.
 private let sleepQueue = DispatchQueue(label: "spool.clock", qos: .utility)

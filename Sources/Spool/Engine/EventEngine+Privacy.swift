@@ -137,7 +137,7 @@ extension EventEngine {
                 diagnosticsCenter.report(
                     .uploadFailed, error: SpoolError.bridge(error),
                     "the upload queue could not be discarded after consent was withdrawn; uploads wait")
-                await configuration.clock.sleep(for: delay)
+                await configuration.clock.sleep(seconds: delay)
                 delay = min(delay * 2, 30)
             }
         }

@@ -126,8 +126,9 @@ extension EventEngine {
             log?.database.async { $0?.checkpointPassive() }
         }
         return FreeSpaceGuard(
-            path: url.path, platform: configuration.platform, minimum: minimum, interval: configuration.freeSpaceCheckInterval,
-            clock: configuration.clock, diagnostics: diagnosticsCenter, whileLow: whileLow
+            path: url.path, platform: configuration.platform, minimum: minimum,
+            interval: configuration.freeSpaceCheckInterval, clock: configuration.clock, diagnostics: diagnosticsCenter,
+            whileLow: whileLow
         ) { [weak log] low, done in
             guard let log else { return }
             guard low else {
