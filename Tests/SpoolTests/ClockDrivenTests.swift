@@ -11,26 +11,26 @@ struct ClockDrivenTests {
     @Test("P6: free space is read again only once freeSpaceCheckInterval seconds of the engine's clock have passed")
     func freeSpaceIsReadAgainOnTheEnginesClock() async throws {
         let (directory, clock, os) = (TemporaryDirectory(), ManualClock(), FakeOS())
-        os.freeSpace = 1 << 40
+        os.freeSpace = 10
         let engine = try await startedEngine(directory) { configuration in
             configuration.platform = os
             configuration.clock = clock
             configuration.minimumFreeDiskSpace = 1_000_000
             configuration.freeSpaceCheckInterval = 60
         }
-        func lowDiskSpace() -> Int { engine.diagnosticCounts.occurrences[.lowDiskSpace] ?? 0 }
-        try engine.record("roomy")
-        try await engine.settle()
-        // The volume fills up: within the interval nothing reads it again.
-        os.freeSpace = 10
+        func counted(_ kind: SpoolDiagnostic.Kind) -> Int { engine.diagnosticCounts.occurrences[kind] ?? 0 }
+        // The first commit (start()'s session_start) reads the volume: nearly full.
+        #expect(try await waitUntil { counted(.lowDiskSpace) == 1 })
+        // Space comes back: within the interval nothing reads it again.
+        os.freeSpace = 1 << 40
         clock.advance(by: 59)
         try engine.record("within the interval")
         try await engine.settle()
-        #expect(lowDiskSpace() == 0)
+        #expect(counted(.diskSpaceRecovered) == 0)
         clock.advance(by: 1)
         try engine.record("after the interval")
         try await engine.settle()
-        #expect(try await waitUntil { lowDiskSpace() == 1 })
+        #expect(try await waitUntil { counted(.diskSpaceRecovered) == 1 })
         await engine.close()
     }
 
@@ -80,6 +80,33 @@ struct ClockDrivenTests {
         _ = try await start(at: salvagedAt + retention + 1)
         #expect(!FileManager.default.fileExists(atPath: copy), "past its retention")
         #expect(try DamagedFiles.copies(in: directory).isEmpty)
+    }
+
+    @Test("L3: a discard after consent is withdrawn that fails is tried again after a wait on the engine's clock")
+    func aFailedDiscardIsRetriedOnTheEnginesClock() async throws {
+        let (directory, clock) = (TemporaryDirectory(), ManualClock())
+        let collector = try await TestCollector(directory)
+        collector.stop()
+        let discardFailures = Protected(0)
+        var configuration = uploadingConfiguration(directory, collector: collector, clock: clock)
+        configuration.diagnosticHandler = { diagnostic in
+            if diagnostic.message.contains("could not be discarded") { discardFailures.withLock { $0 += 1 } }
+        }
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        _ = try recordEvents(engine, 3)
+        try await engine.settle()
+        let head = try await engine.query { try $0.headPosition() }
+        func failedDiscards() -> Int { discardFailures.withLock { $0 } }
+        try await engine.query { try $0.execute("PRAGMA query_only = ON") }  // the discard's write fails
+        engine.setConsent(false)
+        #expect(try await waitUntil { failedDiscards() == 1 })
+        #expect(try await waitUntil { clock.timersPending(dueIn: 0.1) == 1 }, "the retry waits 0.1 s of the clock")
+        try await engine.query { try $0.execute("PRAGMA query_only = OFF") }
+        clock.advance(by: 0.1)
+        #expect(try await waitUntil { try await engine.query { try $0.position(of: Uploader.consumerID) } == head })
+        #expect(failedDiscards() == 1)
+        await engine.close()
     }
 
     @Test("a diagnostic is dated by the engine's clock")
