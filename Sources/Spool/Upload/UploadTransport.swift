@@ -153,7 +153,8 @@ package protocol CallbackUploadTransport: UploadTransport {
 
     /// `Retry-After`, in seconds: delta-seconds or an HTTP date.
     @_spi(FormatAuthoring) @_spi(TransportAuthoring) public var retryAfter: TimeInterval? {
-        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"))
+        // clock-exempt: a real deadline, an HTTP date is a moment on the server's real clock.
+        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"), now: Date())
     }
 
     /// The body as text for a log line or a dead-letter reason: at most
@@ -209,7 +210,7 @@ enum HTTPHeaders {
     }
 
     /// `Retry-After` as seconds: either delta-seconds or an HTTP date.
-    static func retryAfter(_ header: String?, now: Date = Date()) -> TimeInterval? {
+    static func retryAfter(_ header: String?, now: Date) -> TimeInterval? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
         if let seconds = TimeInterval(header) { return seconds.isFinite ? max(0, seconds) : nil }
         let formatter = DateFormatter()
