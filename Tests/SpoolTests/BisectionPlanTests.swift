@@ -85,7 +85,9 @@ struct BisectionPlanTests {
 
     // MARK: - Bad events
 
-    @Test("C3: one bad event first, in the middle or last of 16: only it is dead-lettered, requests in log order", arguments: [Int64(0), 5, 8, 15])
+    @Test(
+        "C3: one bad event first, in the middle or last of 16: only it is dead-lettered, requests in log order",
+        arguments: [Int64(0), 5, 8, 15])
     func oneBadEvent(_ bad: Int64) throws {
         let batch = Array(Int64(0)..<16)
         var plan = Self.plan(batch)
@@ -104,7 +106,9 @@ struct BisectionPlanTests {
         #expect(last.outcome == .deadLettered, "the result of its request says it was dead-lettered")
     }
 
-    @Test("C3: two bad events, adjacent or apart: exactly both are dead-lettered", arguments: [[Int64(1), 2], [3, 12], [0, 15]])
+    @Test(
+        "C3: two bad events, adjacent or apart: exactly both are dead-lettered",
+        arguments: [[Int64(1), 2], [3, 12], [0, 15]])
     func twoBadEvents(_ bad: [Int64]) throws {
         let batch = Array(Int64(0)..<16)
         var plan = Self.plan(batch)
@@ -149,7 +153,9 @@ struct BisectionPlanTests {
         #expect(Self.inLogOrder(collector.requests))
     }
 
-    @Test("C3: one event refused alone, then the batch after it accepted: the event is sent alone again and dead-lettered")
+    @Test(
+        "C3: one event refused alone, then the batch after it accepted: the event is sent alone again and dead-lettered"
+    )
     func evidenceFromTheFollowingBatch() throws {
         var plan = Self.plan([7])
         var collector = Collector(bad: [7], following: [8, 9, 10, 11, 12, 13], batchSize: 4)

@@ -1,28 +1,23 @@
 import Foundation
 
 /// The bisection of a refused batch, as a value: which of its events the
-/// collector refuses on their own.
+/// collector refuses on their own (rule C3).
 ///
-/// Given the refused batch's positions, it answers what ``Uploader`` must do
-/// next — send some of the events (``Action/probe(_:)``), read the batch after
-/// them (``Action/readFollowing(after:)``), or settle (``Action/finish(_:)``)
-/// — and takes what each step found. Nothing here sends, reads a database or
-/// a clock (`BisectionPlanTests`).
+/// It answers what ``Uploader`` does next — send some events
+/// (``Action/probe(_:)``), read the batch after them
+/// (``Action/readFollowing(after:)``), or settle (``Action/finish(_:)``) —
+/// and takes what each step found; it sends nothing and reads no database
+/// or clock (`BisectionPlanTests`). Ranges go in log order, a left half
+/// settled before its right half is sent. An event is dead-lettered only on
+/// evidence: refused alone while other events of the bisection were accepted
+/// (one refused before any was is sent alone once more, after), a per-event
+/// result, or a 413 to a one-event body larger than one accepted. Without
+/// evidence in the batch, the batches after it are sent too. Until something
+/// is accepted a budget bounds the requests; spent, nothing is singled out
+/// and the batch is held back.
 ///
-/// Ranges are sent in log order: a left half is settled before its right
-/// half is sent, so events reach the collector in the order they were
-/// recorded. An event is dead-lettered only on evidence: it was refused
-/// alone while the collector accepted other events of the same bisection
-/// (one refused before anything was accepted is sent alone once more, after,
-/// and dead-lettered only if refused again); or a per-event result refuses
-/// it; or it is a 413 to a one-event body larger than a body the collector
-/// accepted. When the batch gives no evidence (one event, or every event
-/// refused), the batches after it are sent too. Until something is accepted
-/// the bisection has a budget of requests: a batch that exhausts it singles
-/// out nothing, and is held back as a refusal of the request.
-///
-/// `Request` is what the uploader keeps of each request sent (its batch and
-/// exchange), handed back in ``Finish/notes`` with the request's outcome.
+/// `Request`: what the uploader keeps of a request sent, handed back in
+/// ``Finish/notes``.
 struct BisectionPlan<Request> {
     typealias Outcome = Uploader.EventOutcome
 
@@ -90,20 +85,14 @@ struct BisectionPlan<Request> {
         case backOff(String, retryAfter: TimeInterval?)
     }
 
-    /// A single event refused on its own.
-    struct Refusal: Equatable {
+    /// A single event refused on its own (`bytes`: the refused body's
+    /// size), and whether before the collector accepted anything.
+    struct Refusal {
         var position: Int64
         var reason: String
         var status: Int
-        /// The size of the body that was refused.
         var bytes: Int
-        /// Refused before the collector accepted anything of the bisection.
         var beforeEvidence: Bool
-    }
-
-    private enum Ended {
-        case inconclusive
-        case stop(Verdict)
     }
 
     private enum Phase {
@@ -127,7 +116,8 @@ struct BisectionPlan<Request> {
     /// Ranges to send, the next one last.
     private var stack: [[Int64]] = []
     private var phase = Phase.exploring
-    private var ended: Ended?
+    /// Set when the bisection stops before its end.
+    private var ended: Verdict?
     /// The last position read; no more batches after it when `followingEnded`.
     private var after: Int64
     private var followingEnded = false
@@ -217,10 +207,10 @@ struct BisectionPlan<Request> {
             }
         case .transient(let reason, let retryAfter, _):
             notes.append(Note(request: request, positions: sent, outcome: .retried, detail: reason))
-            ended = .stop(.backOff(reason, retryAfter: retryAfter))
+            ended = .backOff(reason, retryAfter: retryAfter)
         case .requestRefused(let reason, let retryAfter, _):
             notes.append(Note(request: request, positions: sent, outcome: .heldBack, detail: reason))
-            ended = .stop(.holdBack(reason, retryAfter: retryAfter))
+            ended = .holdBack(reason, retryAfter: retryAfter)
         }
     }
 
@@ -246,7 +236,7 @@ struct BisectionPlan<Request> {
     private mutating func send(_ range: [Int64]) -> Action? {
         if !sawAccepted {
             guard budget > 0 else {
-                ended = .inconclusive
+                ended = inconclusive
                 return nil
             }
             budget -= 1
@@ -305,15 +295,14 @@ struct BisectionPlan<Request> {
             return note
         }
         let undecided = refusedAlone.contains { outcomes[$0.position] == nil }
-        let verdict: Verdict
-        switch ended {
-        case nil where !undecided: verdict = .settled
-        case nil, .inconclusive?:
-            verdict = .holdBack(
-                "\(reason): refused the same way whichever of its events were sent, so none is singled out",
-                retryAfter: nil)
-        case .stop(let stop)?: verdict = stop
-        }
+        let verdict = ended ?? (undecided ? inconclusive : .settled)
         return Finish(positions: positions, outcomes: outcomes, notes: published, verdict: verdict)
+    }
+
+    /// Refused whatever was sent: nothing singled out, the batch waits.
+    private var inconclusive: Verdict {
+        .holdBack(
+            "\(reason): refused the same way whichever of its events were sent, so none is singled out",
+            retryAfter: nil)
     }
 }
