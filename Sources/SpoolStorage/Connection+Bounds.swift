@@ -158,7 +158,7 @@ extension Connection {
         ) { statement in
             try statement.bind(boundary, at: 1)
             try statement.bind(oldest, at: 2)
-            try statement.bind(Date().timeIntervalSince1970, at: 3)
+            try statement.bind(clock.now, at: 3)
             try statement.bind(Self.uploaderConsumer, at: 4)
             try statement.step()
         }

@@ -44,3 +44,16 @@ package struct SystemClock: SpoolClock {
         delay.isNaN ? 0 : min(max(0, delay), 365 * 86_400)
     }
 }
+
+extension SpoolClock {
+    /// Suspends the calling task until `delay` seconds of this clock have
+    /// passed. Not cancellable: it returns when the time is up.
+    package func sleep(seconds delay: TimeInterval) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            schedule(after: delay, on: sleepQueue) { continuation.resume() }
+        }
+    }
+}
+
+/// Where ``SpoolClock/sleep(seconds:)`` resumes its waiters.
+private let sleepQueue = DispatchQueue(label: "spool.clock", qos: .utility)

@@ -100,10 +100,9 @@ extension FreeSpaceTests {
         let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 32)
         defer { mount.unmount() }
         let path = mount.url.appendingPathComponent("spool.sqlite").path
-        let database = try DatabaseQueue(path: path)
         // The shrink's timer and the writer's retries run when the test says.
         let clock = ManualClock()
-        database.clock = clock
+        let database = try DatabaseQueue(path: path, options: ConnectionOptions(clock: clock))
         // Room for the whole group while its commits fail.
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
         log.shrinkDelay = 1

@@ -136,12 +136,12 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
     /// When it was reported.
     public let date: Date
 
-    init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String) {
+    init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String, date: Date) {
         self.kind = kind
         self.eventCount = eventCount
         self.error = error
         self.message = message
-        date = Date()
+        self.date = date
     }
 
     /// `[kind] message: error`, for logs.

@@ -213,7 +213,7 @@ public struct EngineConfiguration: Sendable {
 
     /// The options every connection to the database opens with.
     func connectionOptions(sealer: RowSealer?) -> ConnectionOptions {
-        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer)
+        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer, clock: clock)
     }
 
     /// What tells the uploader whether a network path exists; nil: the

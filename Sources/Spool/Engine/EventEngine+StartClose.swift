@@ -87,7 +87,6 @@ extension EventEngine {
         reportOpening(opened)
         let mark = opened.mark
         let database = opened.database
-        database.clock = configuration.clock
         applyFilePolicy(database.path)
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(

@@ -209,7 +209,8 @@ public final class EventEngine: Sendable {
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
-        let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
+        let diagnostics = DiagnosticsCenter(
+            handler: configuration.diagnosticHandler, queue: deliveryQueue, clock: configuration.clock)
         diagnosticsCenter = diagnostics
         sealer = configuration.encryption?.makeSealer()
         sealer?.onUndecryptable { count in

@@ -1,7 +1,7 @@
 import Foundation
 
-/// A stage-2 rule over the user's persisted event history, the current
-/// identity, or a stable sample of users.
+/// A rule a survey's trigger must also pass: over the user's persisted event
+/// history, the current identity, or a stable sample of users.
 ///
 /// Evaluated after an event made the survey a candidate, at that event, as
 /// indexed reads of the `event_history` and `event_history_values` tables.

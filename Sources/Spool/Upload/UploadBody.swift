@@ -38,9 +38,6 @@ struct BatchClock: Sendable {
         let reading = launch.flatMap { launch in clock.monotonic.map { (launch.id, launch.milliseconds(at: $0)) } }
         self.init(sentAt: clock.now, launch: reading)
     }
-
-    /// The wall clock now, and no monotonic one.
-    static func wall() -> BatchClock { BatchClock(sentAt: Date().timeIntervalSince1970) }
 }
 
 /// A format whose body carries the loss a request reports (Spool's own);

@@ -152,7 +152,8 @@ public struct UploadResponse: Sendable, Hashable {
 
     /// `Retry-After`, in seconds: delta-seconds or an HTTP date.
     public var retryAfter: TimeInterval? {
-        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"))
+        // clock-exempt: a real deadline, an HTTP date is a moment on the server's real clock.
+        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"), now: Date())
     }
 
     /// The body as text for a log line or a dead-letter reason: at most
@@ -208,7 +209,7 @@ enum HTTPHeaders {
     }
 
     /// `Retry-After` as seconds: either delta-seconds or an HTTP date.
-    static func retryAfter(_ header: String?, now: Date = Date()) -> TimeInterval? {
+    static func retryAfter(_ header: String?, now: Date) -> TimeInterval? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
         if let seconds = TimeInterval(header) { return seconds.isFinite ? max(0, seconds) : nil }
         let formatter = DateFormatter()
