@@ -230,12 +230,15 @@ struct ProcessBoundaryTests {
     }
 
     @Test(
-        "a really full file system (a 2 MB tmpfs): stillBuffered, bufferFull, then everything committed once, when space returns",
+        "a really full file system (a 4 MB tmpfs): stillBuffered, bufferFull, then everything committed once, when space returns",
         .enabled(if: SmallFileSystem.canMount, "mounting a tmpfs needs root and CAP_SYS_ADMIN; skipped without them")
     )
     func fullFileSystem() async throws {
         let directory = TemporaryDirectory()
-        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 2)
+        // 4 MB: a new file's schema takes about 0.5 MB (16 KiB pages) and
+        // its WAL after start() over 1 MB, so what the filler takes, and
+        // gives back, is room for the checkpoint to grow the file.
+        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 4)
         defer { mount.unmount() }
         var configuration = EngineConfiguration(
             database: .file(mount.url.appendingPathComponent("spool.sqlite")),
