@@ -84,13 +84,22 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D4: maximumRetainedEvents 10000 by default bounds an uploading log; the oldest give way, counted",
+        "D4: maximumRetainedEvents 10000 by default bounds an uploading log; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
         .needsChildProcesses)
     func queueSizeRules() async throws {
         #expect(EngineConfiguration().maximumRetainedEvents == 10_000)
-        #expect(
-            EngineConfiguration.uploading(to: URL(string: "https://c.invalid")!, in: URL(fileURLWithPath: "/"))
-                .maximumRetainedEvents == 10_000)
+        var uploading = EngineConfiguration.uploading(
+            to: URL(string: "https://c.invalid")!, in: URL(fileURLWithPath: "/"))
+        #expect(uploading.maximumRetainedEvents == 10_000 && uploading.retainedEvents == 10_000)
+        uploading.maximumRetainedEvents = 99
+        #expect(uploading.retainedEvents == 10_000, "below 100: the default")
+        uploading.maximumRetainedEvents = 100
+        #expect(uploading.retainedEvents == 100)
+        (uploading.batchSize, uploading.maximumRetainedEvents) = (500, 200)
+        #expect(uploading.retainedEvents == 500, "raised to batchSize")
+        var listening = EngineConfiguration()
+        listening.maximumRetainedEvents = 50
+        #expect(listening.retainedEvents == 50, "without uploads, as set")
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)

@@ -58,7 +58,9 @@ public struct EngineConfiguration: Sendable {
     /// (fresh events matter most to analytics and survey rules): the caller
     /// is never blocked, and every dropped event is counted per consumer
     /// (``UploadStatistics/dropped`` and the `dropped` column of
-    /// `consumer_lag`). `nil` keeps everything; values below 1 count as 1.
+    /// `consumer_lag`). `nil` keeps everything; values below 1 count as 1,
+    /// and when the engine uploads (``collectorURL`` set), a value below 100
+    /// counts as 10,000 and one below ``batchSize`` as ``batchSize``.
     /// Default 10,000. Events recorded before a session starts wait in memory
     /// under the same bound (10,000 when it is `nil`).
     public var maximumRetainedEvents: Int?
@@ -335,6 +337,15 @@ extension EngineConfiguration {
     /// The uploader's batch size: ``batchSize``, or its default when it is 0
     /// or less.
     var uploadBatchSize: Int { batchSize > 0 ? batchSize : Self.defaultBatchSize }
+
+    /// The bound the log keeps: ``maximumRetainedEvents`` (at least 1);
+    /// when uploading, a value below 100 is the default and one below
+    /// ``uploadBatchSize`` is raised to it, so a batch always fits the queue.
+    var retainedEvents: Int? {
+        guard let bound = maximumRetainedEvents else { return nil }
+        guard collectorURL != nil else { return max(1, bound) }
+        return bound < 100 ? Self.defaultRetainedEvents : max(bound, uploadBatchSize)
+    }
 
     /// The uploader's timer: ``uploadInterval``, or its default when it is
     /// negative or not finite.

@@ -92,7 +92,7 @@ extension EventEngine {
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(
             QueueBounds(
-                count: configuration.maximumRetainedEvents, bytes: configuration.maximumQueueBytes,
+                count: configuration.retainedEvents, bytes: configuration.maximumQueueBytes,
                 age: configuration.maximumEventAge))
         let limits = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)

@@ -92,7 +92,7 @@ extension EventEngine {
         case .status(let code): (status, reason) = (code, nil)
         case .reasonContaining(let text): (status, reason) = (nil, text)
         }
-        let bound = configuration.maximumRetainedEvents
+        let bound = configuration.retainedEvents
         let requeued = Protected((count: 0, head: Int64(0)))
         try await SpoolError.bridgingAsync {
             // In the background the database is suspended: wake it for this.

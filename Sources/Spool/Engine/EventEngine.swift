@@ -205,7 +205,7 @@ public final class EventEngine: Sendable {
                 gates: SessionGates(
                     consent: configuration.consent, enabled: configuration.enabled,
                     sessionEventLimit: configuration.sessionEventLimit,
-                    waitingLimit: configuration.maximumRetainedEvents ?? EngineConfiguration.defaultRetainedEvents),
+                    waitingLimit: configuration.retainedEvents ?? EngineConfiguration.defaultRetainedEvents),
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)

@@ -116,7 +116,7 @@ extension EventEngine {
             return nil
         }
         let bounds = QueueBounds(
-            count: configuration.maximumRetainedEvents, bytes: configuration.maximumQueueBytes,
+            count: configuration.retainedEvents, bytes: configuration.maximumQueueBytes,
             age: configuration.maximumEventAge)
         let history = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
