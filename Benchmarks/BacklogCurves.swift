@@ -18,12 +18,9 @@ struct BacklogCurves {
 
     /// A dispatcher that refuses until told, then accepts every batch at once
     /// and notes when it did.
-    final class TimingDispatcher: EventDispatcher, BatchingPolicy {
+    final class TimingDispatcher: EventDispatcher {
         let accepting = Locked(false)
         let times = Locked<[UInt64]>([])
-        let batchSize = 100
-        let timerInterval: TimeInterval = 3_600
-        let maxQueueSize = 10_000_000
         func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
             let accepting = self.accepting.withLock { $0 }
             if accepting { times.withLock { $0.append(now()) } }
@@ -96,7 +93,7 @@ struct BacklogCurves {
         let dispatcher = TimingDispatcher()
         let engine = EventEngine(
             configuration: DrainBenchmarks.stubbedConfiguration(
-                database: scratch.database, dispatcher: dispatcher, maximumRetainedEvents: nil))
+                database: scratch.database, dispatcher: dispatcher, maximumRetainedEvents: 10_000_000))
         try await engine.start()
         var record: [(Int, Double)] = []
         for filled in stride(from: Self.chunk, through: total, by: Self.chunk) {
@@ -115,10 +112,10 @@ struct BacklogCurves {
         // Batch i (of 100 events) was answered at times[i]; per 10,000 events,
         // keyed by the backlog left before them.
         let times = [drainStart] + dispatcher.times.withLock { $0 }
-        let perChunk = Self.chunk / dispatcher.batchSize
+        let perChunk = Self.chunk / engine.configuration.batchSize
         var drain: [(Int, Double)] = []
         for end in stride(from: perChunk, to: times.count, by: perChunk) {
-            let backlog = total - (end - perChunk) * dispatcher.batchSize
+            let backlog = total - (end - perChunk) * engine.configuration.batchSize
             drain.append((backlog, Double(Self.chunk) / (Double(times[end] - times[end - perChunk]) / 1e9)))
         }
         return (Self.smoothed(record), Self.smoothed(drain.reversed()))

@@ -38,10 +38,11 @@ struct CollectorBoundaryBenchmarks {
         let scratch = Scratch("bisection")
         let transport = RefusingTransport()
         let dispatcher = DefaultEventDispatcher(
-            batchSize: batchSize, timerInterval: 3_600, maxQueueSize: backlog * 2,
             request: UploadRequestOptions(compression: .identity), transport: transport)
         let engine = EventEngine(
-            configuration: DrainBenchmarks.stubbedConfiguration(database: scratch.database, dispatcher: dispatcher))
+            configuration: DrainBenchmarks.stubbedConfiguration(
+                database: scratch.database, dispatcher: dispatcher, batchSize: batchSize,
+                maximumRetainedEvents: backlog * 2))
         try await engine.start()
         for index in 0..<backlog {
             try engine.recordRetrying(

@@ -14,15 +14,15 @@ struct DrainBenchmarks {
 
     /// Answers every batch at once with `status` (no network), which a run
     /// may change: refuse while the log fills, then accept.
-    final class StubDispatcher: EventDispatcher, BatchingPolicy {
+    final class StubDispatcher: EventDispatcher {
         let status: Locked<Int>
+        /// The batch size and log bound its engine is configured with.
         let batchSize: Int
-        let timerInterval: TimeInterval = 3_600
-        let maxQueueSize: Int
-        init(status: Int, batchSize: Int, maxQueueSize: Int) {
+        let retainedEvents: Int
+        init(status: Int, batchSize: Int, retainedEvents: Int) {
             self.status = Locked(status)
             self.batchSize = batchSize
-            self.maxQueueSize = maxQueueSize
+            self.retainedEvents = retainedEvents
         }
         func dispatchEvent(event: EventForDispatch, completionHandler: DispatchCompletionHandler?) {
             completionHandler?(.response(status: status.withLock { $0 }, retryAfter: nil, message: nil))
@@ -31,17 +31,17 @@ struct DrainBenchmarks {
     }
 
     /// An engine on the file `database` that uploads through `dispatcher`
-    /// only (the collector URL is never reached), waits an hour after a
-    /// refusal, so a refused upload parks the uploader until a flush, and
-    /// has no byte bound.
+    /// only (the collector URL is never reached) in batches of `batchSize`,
+    /// with no timed uploads, waits an hour after a refusal, so a refused
+    /// upload parks the uploader until a flush, and has no byte bound.
     static func stubbedConfiguration(
-        database: URL, dispatcher: any EventDispatcher,
+        database: URL, dispatcher: any EventDispatcher, batchSize: Int = 100,
         maximumRetainedEvents: Int? = EngineConfiguration().maximumRetainedEvents
     ) -> EngineConfiguration {
         var configuration = EngineConfiguration(
             database: .file(database), maximumRetainedEvents: maximumRetainedEvents,
-            collectorURL: URL(string: "http://127.0.0.1:9/stub")!, dispatcher: dispatcher,
-            retryPolicy: RetryPolicy(initialDelay: 3_600))
+            collectorURL: URL(string: "http://127.0.0.1:9/stub")!, batchSize: batchSize, uploadInterval: 3_600,
+            dispatcher: dispatcher, retryPolicy: RetryPolicy(initialDelay: 3_600))
         // The byte bound (50 MB by default) would drop the oldest of a 1M
         // backlog; these benchmarks measure the backlog.
         configuration.maximumQueueBytes = nil
@@ -79,7 +79,10 @@ struct DrainBenchmarks {
 
     /// An engine on `database` uploading through `stub` only.
     static func stubbedEngine(on database: URL, _ stub: StubDispatcher) -> EventEngine {
-        EventEngine(configuration: stubbedConfiguration(database: database, dispatcher: stub))
+        EventEngine(
+            configuration: stubbedConfiguration(
+                database: database, dispatcher: stub, batchSize: stub.batchSize,
+                maximumRetainedEvents: stub.retainedEvents))
     }
 
     /// A file holding `count` events, recorded while the stub refuses them,
@@ -87,7 +90,7 @@ struct DrainBenchmarks {
     func fill(count: Int) async throws -> Scratch {
         let scratch = Scratch("drain-backlog")
         let engine = Self.stubbedEngine(
-            on: scratch.database, StubDispatcher(status: 500, batchSize: 100, maxQueueSize: 10_000_000))
+            on: scratch.database, StubDispatcher(status: 500, batchSize: 100, retainedEvents: 10_000_000))
         try await engine.start()
         for _ in 0..<count {
             try engine.recordRetrying(AppendBenchmarks.name, parameters: ListenerBenchmarks.parameters)
@@ -104,7 +107,7 @@ struct DrainBenchmarks {
         let filled: Scratch
         if let backlog { filled = backlog } else { filled = try await fill(count: count) }
         let scratch = try Scratch(copying: filled, "drain")
-        let stub = StubDispatcher(status: 500, batchSize: 100, maxQueueSize: 10_000_000)
+        let stub = StubDispatcher(status: 500, batchSize: 100, retainedEvents: 10_000_000)
         let engine = Self.stubbedEngine(on: scratch.database, stub)
         // Opened while the stub refuses: the first refusal parks the uploader in backoff.
         try await engine.start()
@@ -198,11 +201,11 @@ struct DrainBenchmarks {
         let scratch = Scratch("e2e")
         let log = collector.log
         let count = quick ? 20_000 : 100_000
-        let dispatcher = DefaultEventDispatcher(batchSize: 100, timerInterval: 60, maxQueueSize: count * 2)
+        let dispatcher = DefaultEventDispatcher()
         let engine = EventEngine(
             configuration: EngineConfiguration(
-                database: .file(scratch.database), collectorURL: collector.url,
-                dispatcher: dispatcher))
+                database: .file(scratch.database), maximumRetainedEvents: count * 2, collectorURL: collector.url,
+                batchSize: 100, uploadInterval: 60, dispatcher: dispatcher))
         try await engine.start()
         let start = now()
         for _ in 0..<count {
@@ -245,10 +248,11 @@ struct DrainBenchmarks {
         let window = MachineSnapshot.take()
         for _ in 0..<(quick ? 2 : 5) {
             let scratch = Scratch("tail")
-            let dispatcher = DefaultEventDispatcher(batchSize: 100, timerInterval: 60, maxQueueSize: count * 2)
+            let dispatcher = DefaultEventDispatcher()
             let engine = EventEngine(
                 configuration: EngineConfiguration(
-                    database: .file(scratch.database), collectorURL: collector.url, dispatcher: dispatcher))
+                    database: .file(scratch.database), maximumRetainedEvents: count * 2, collectorURL: collector.url,
+                    batchSize: 100, uploadInterval: 60, dispatcher: dispatcher))
             try await engine.start()
             for index in 0..<count {
                 let (name, parameters) = UploadFormatBenchmarks.variants[index % UploadFormatBenchmarks.variants.count]

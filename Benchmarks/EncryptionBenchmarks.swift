@@ -43,7 +43,7 @@ struct EncryptionBenchmarks {
         -> EventEngine
     {
         let dispatcher = DefaultEventDispatcher(
-            batchSize: 100, timerInterval: 3_600, maxQueueSize: count * 2, format: .spool,
+            format: .spool,
             request: UploadRequestOptions(compression: .identity), transport: transport)
         var configuration = DrainBenchmarks.stubbedConfiguration(
             database: database, dispatcher: dispatcher, maximumRetainedEvents: count * 2)

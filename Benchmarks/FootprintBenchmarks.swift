@@ -12,8 +12,8 @@ struct FootprintBenchmarks {
 
     /// An engine whose uploads are answered with `status` at once (no network).
     static func engine(_ database: URL, status: Int) -> EventEngine {
-        let stub = DrainBenchmarks.StubDispatcher(status: status, batchSize: 1_000, maxQueueSize: 5_000_000)
-        return EventEngine(configuration: DrainBenchmarks.stubbedConfiguration(database: database, dispatcher: stub))
+        let stub = DrainBenchmarks.StubDispatcher(status: status, batchSize: 1_000, retainedEvents: 5_000_000)
+        return DrainBenchmarks.stubbedEngine(on: database, stub)
     }
 
     var count: Int { quick ? 200_000 : 1_000_000 }

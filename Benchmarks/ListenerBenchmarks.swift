@@ -63,8 +63,8 @@ struct ListenerBenchmarks {
     // MARK: - fan-out
 
     final class NoOpListener: EventListener {
-        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-            blackHole(parameters.count)
+        func onEventRecorded(_ event: RecordedEvent) {
+            blackHole(event.parameters.count)
         }
     }
 
@@ -104,8 +104,8 @@ struct ListenerBenchmarks {
 
     final class LatencyListener: EventListener {
         let samples = Locked<[Double]>([])
-        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-            let latency = Date().timeIntervalSince1970 - timestamp
+        func onEventRecorded(_ event: RecordedEvent) {
+            let latency = Date().timeIntervalSince1970 - event.timestamp
             samples.withLock { $0.append(latency * 1_000_000) }
         }
     }

@@ -159,7 +159,7 @@ struct UploadFormatBenchmarks {
         transport: any UploadTransport
     ) -> EventEngine {
         let dispatcher = DefaultEventDispatcher(
-            batchSize: 100, timerInterval: 3_600, maxQueueSize: count * 2, format: format,
+            format: format,
             request: UploadRequestOptions(compression: compression), transport: transport)
         return EventEngine(
             configuration: DrainBenchmarks.stubbedConfiguration(

@@ -36,11 +36,11 @@ struct UploadMemoryBenchmarks {
         let startRSS = megabytes(currentRSS())
         let sampler = MemorySampler()
         let dispatcher = DefaultEventDispatcher(
-            batchSize: 100, timerInterval: 60, maxQueueSize: count * 2, format: format,
-            request: UploadRequestOptions(compression: compression))
+            format: format, request: UploadRequestOptions(compression: compression))
         let engine = EventEngine(
             configuration: EngineConfiguration(
-                database: .file(scratch.database), collectorURL: collector.url, dispatcher: dispatcher))
+                database: .file(scratch.database), maximumRetainedEvents: count * 2, collectorURL: collector.url,
+                batchSize: 100, uploadInterval: 60, dispatcher: dispatcher))
         try await engine.start()
         let perMillisecond = quick ? 20 : 10
         let start = now()

@@ -10,11 +10,15 @@ package struct QueueBounds: Sendable, Hashable {
     package var bytes: Int?
     /// The oldest an event may be, in seconds since it was recorded.
     package var age: TimeInterval?
+    /// The count and byte bounds are the ones the free-space guard froze:
+    /// what they drop is the guard's loss (``LossCause/freeSpace``).
+    package var freeSpace: Bool
 
-    package init(count: Int? = nil, bytes: Int? = nil, age: TimeInterval? = nil) {
+    package init(count: Int? = nil, bytes: Int? = nil, age: TimeInterval? = nil, freeSpace: Bool = false) {
         self.count = count.map { max(1, $0) }
         self.bytes = bytes.map { max(1, $0) }
         self.age = age.map { max(0, $0) }
+        self.freeSpace = freeSpace
     }
 
     package var isEmpty: Bool { count == nil && bytes == nil && age == nil }
@@ -53,14 +57,16 @@ extension Connection {
     /// and its byte total at `bytesTotal`, inside the append transaction:
     /// the count first, then the bytes, then the age (at most 1,024 events
     /// for age per call), each deleting a prefix of the log. Counts what each
-    /// dropped in `counters` (`dropped_count`, `dropped_bytes`, `dropped_age`).
+    /// dropped in `counters` (`dropped_count`, `dropped_bytes`, `dropped_age`),
+    /// and what the uploader lost to each in `upload_loss`.
     package func enforceBounds(_ bounds: QueueBounds, head: Int64, bytesTotal: Int64, now: Double) throws
         -> QueueDrops
     {
         var drops = QueueDrops()
         guard !bounds.isEmpty else { return drops }
         if let maximum = bounds.count {
-            drops.count = try dropPrefix(through: head - Int64(maximum))
+            drops.count = try dropPrefix(
+                through: head - Int64(maximum), loss: bounds.freeSpace ? .freeSpace : .queueCount)
         }
         if let maximum = bounds.bytes, let oldest = try oldestRow(), bytesTotal - oldest.bytesBefore > maximum {
             // Keep the shortest suffix that fits: the first row whose
@@ -76,7 +82,7 @@ extension Connection {
                     low = middle + 1
                 }
             }
-            drops.bytes = try dropPrefix(through: low - 1)
+            drops.bytes = try dropPrefix(through: low - 1, loss: bounds.freeSpace ? .freeSpace : .queueBytes)
         }
         if let maximum = bounds.age, let oldest = try oldestRow(), oldest.recordedAt < now - maximum {
             let boundary = try withStatement(
@@ -89,7 +95,7 @@ extension Connection {
                 try statement.bind(now - maximum, at: 1)
                 return try statement.step() && !statement.isNull(at: 0) ? statement.int64(at: 0) : nil
             }
-            if let boundary { drops.age = try dropPrefix(through: boundary) }
+            if let boundary { drops.age = try dropPrefix(through: boundary, loss: .queueAge) }
         }
         try addToCounter("dropped_count", drops.count)
         try addToCounter("dropped_bytes", drops.bytes)
@@ -112,24 +118,34 @@ extension Connection {
     }
 
     /// Deletes every event at or before `boundary`, moving every consumer
-    /// that had not finished them past them and counting what it lost.
+    /// that had not finished them past them and counting what it lost; what
+    /// the uploader lost counts as `loss` for the collector.
     ///
     /// - Returns: how many of the deleted events some consumer had not
     ///   finished (with no consumer: every one).
     @discardableResult
-    package func dropPrefix(through boundary: Int64) throws -> Int {
+    package func dropPrefix(through boundary: Int64, loss: LossCause? = nil) throws -> Int {
         guard boundary > 0 else { return 0 }
-        let (oldest, finished) = try withStatement(
-            "SELECT (SELECT min(seq) FROM events), (SELECT min(position) FROM consumers)"
-        ) { statement -> (Int64?, Int64?) in
+        let (oldest, finished, uploader) = try withStatement(
+            """
+            SELECT (SELECT min(seq) FROM events), (SELECT min(position) FROM consumers), \
+            (SELECT position FROM consumers WHERE id = ?)
+            """
+        ) { statement -> (Int64?, Int64?, Int64?) in
+            try statement.bind(Self.uploaderConsumer, at: 1)
             _ = try statement.step()
             return (
                 statement.isNull(at: 0) ? nil : statement.int64(at: 0),
-                statement.isNull(at: 1) ? nil : statement.int64(at: 1)
+                statement.isNull(at: 1) ? nil : statement.int64(at: 1),
+                statement.isNull(at: 2) ? nil : statement.int64(at: 2)
             )
         }
         guard let oldest, oldest <= boundary else { return 0 }
         let lost = Int(clamping: max(0, boundary - max(oldest - 1, finished ?? oldest - 1)))
+        if let loss {
+            // Before the uploader first ran, it had none of them.
+            try countLoss(loss, Int(clamping: max(0, boundary - max(oldest - 1, uploader ?? 0))))
+        }
         // Dead letters put back (`uploader_only`) are the uploader's alone:
         // another consumer never had them to lose.
         try withStatement(
@@ -142,7 +158,7 @@ extension Connection {
         ) { statement in
             try statement.bind(boundary, at: 1)
             try statement.bind(oldest, at: 2)
-            try statement.bind(Date().timeIntervalSince1970, at: 3)
+            try statement.bind(clock.now, at: 3)
             try statement.bind(Self.uploaderConsumer, at: 4)
             try statement.step()
         }

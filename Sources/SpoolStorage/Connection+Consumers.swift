@@ -27,7 +27,7 @@ extension Connection {
             try withStatement("INSERT INTO consumers (id, position, updated_at) VALUES (?, ?, ?)") { statement in
                 try statement.bind(consumer, at: 1)
                 try statement.bind(position, at: 2)
-                try statement.bind(Date().timeIntervalSince1970, at: 3)
+                try statement.bind(clock.now, at: 3)
                 try statement.step()
             }
             return position
@@ -113,7 +113,7 @@ extension Connection {
             "UPDATE consumers SET position = max(position, ?), updated_at = ? WHERE id = ?"
         ) { statement in
             try statement.bind(position, at: 1)
-            try statement.bind(Date().timeIntervalSince1970, at: 2)
+            try statement.bind(clock.now, at: 2)
             try statement.bind(consumer, at: 3)
             try statement.step()
         }

@@ -3,7 +3,8 @@ import Foundation
 extension Connection {
     /// Moves `events` to the dead letters with `status` and `reason`, and
     /// advances `consumer` past them, in one transaction (their parameters
-    /// sealed again when the connection seals). The events stay in
+    /// sealed again when the connection seals; the uploader's counted for
+    /// the collector, ``LossCause/deadLettered``). The events stay in
     /// the log for other consumers until everyone has passed them. `now`
     /// (seconds since 1970) is their `failed_at`.
     package func deadLetter(
@@ -38,6 +39,7 @@ extension Connection {
                     statement.resetKeepingBindings()
                 }
             }
+            if consumer == Self.uploaderConsumer { try countLoss(.deadLettered, events.count) }
             try advanceConsumerInTransaction(consumer, to: last)
         }
     }

@@ -5,7 +5,7 @@ extension Connection {
     /// Deletes every queued event, the whole history (with the property
     /// values kept for survey filters), the dead letters, the
     /// identities and contexts, the record of recent upload requests and of
-    /// batches handed to the system,
+    /// batches handed to the system, the loss not yet reported,
     /// and moves every consumer to the head with its drop counts cleared, in
     /// one transaction with `secure_delete` on: the deleted rows' bytes are
     /// overwritten with zeros in the database file, not just unlinked. The
@@ -38,6 +38,8 @@ extension Connection {
             try execute("DELETE FROM upload_batches")
             // Batches handed to the system: their body files go with them.
             try execute("DELETE FROM background_transfers")
+            // Loss not yet reported: it describes the erased events.
+            try forgetLoss()
             // Who the user was: the next event gets a new anonymous id. The
             // ids are AUTOINCREMENT: none deleted here is given again.
             try execute("DELETE FROM identities")

@@ -24,6 +24,9 @@ package struct EventRowView {
     package let traits: UnsafeRawBufferPointer?
     /// The context in force, a JSON object; nil when none was set.
     package let context: UnsafeRawBufferPointer?
+    /// The launch that recorded it and when, in milliseconds of that
+    /// launch's monotonic clock (see ``EventLog/Launch``); nil without one.
+    package let launch: (id: Int64, milliseconds: Int64)?
 }
 
 extension Connection {
@@ -44,7 +47,8 @@ extension Connection {
         try withStatement(
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
-            i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed \
+            i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed, \
+            e.launch, e.launch_ms \
             FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
             LEFT JOIN contexts AS c ON c.id = e.context_id \
             WHERE e.seq > ? ORDER BY e.seq LIMIT ?
@@ -78,7 +82,9 @@ extension Connection {
             recordedAt: statement.double(at: 3), session: statement.isNull(at: 4) ? nil : statement.bytes(at: 4),
             parameters: statement.bytes(at: 5), type: statement.bytes(at: 6), target: statement.optionalBytes(at: 7),
             anonymousID: statement.optionalBytes(at: 8), userID: statement.optionalBytes(at: 9),
-            traits: statement.optionalBytes(at: 10), context: statement.optionalBytes(at: 11))
+            traits: statement.optionalBytes(at: 10), context: statement.optionalBytes(at: 11),
+            launch: statement.isNull(at: 17) || statement.isNull(at: 18)
+                ? nil : (statement.int64(at: 17), statement.int64(at: 18)))
     }
 
     /// The sealed values of the row `statement` stands on: its parameters,

@@ -82,8 +82,9 @@ extension Connection {
     /// delivered or uploaded) and are never handed out again. The events the
     /// file kept move up by the difference, in order and without gaps, and
     /// each consumer's position with them; the missing events count in
-    /// every consumer's `dropped`, as a salvage counts what it lost. Two
-    /// passes over the log: only when loss was found.
+    /// every consumer's `dropped`, as a salvage counts what it lost, and in
+    /// `upload_loss` (``LossCause/walLost``). Two passes over the log: only
+    /// when loss was found.
     package func closeUpPositions(toHead head: Int64) throws {
         try transaction {
             let gap = head - (try headPosition())
@@ -95,6 +96,9 @@ extension Connection {
                 try statement.step()
             }
             try execute("UPDATE events SET seq = -seq")
+            // The collector hears of them too: some may have reached it
+            // before they went, which no one can tell now.
+            try countLoss(.walLost, Int(clamping: gap))
             try withStatement(
                 "UPDATE consumers SET position = min(position + ?1, ?2), dropped = dropped + ?1"
             ) { statement in

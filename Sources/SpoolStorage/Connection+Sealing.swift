@@ -85,7 +85,9 @@ extension Connection {
     /// Moves the events at `positions` to the dead letters with reason
     /// `undecryptable`, as they are (still sealed), and deletes them from
     /// the log, in one transaction: a value that will not open is neither
-    /// sent nor dropped. The sealer's handler hears how many moved.
+    /// sent nor dropped. The sealer's handler hears how many moved, and the
+    /// collector, through ``LossCause/deadLettered``, how many the uploader
+    /// had not sent.
     package func setAsideUndecryptable(_ positions: [Int64], now: Double) throws {
         guard !positions.isEmpty else { return }
         var moved = 0
@@ -115,6 +117,10 @@ extension Connection {
                     delete.resetKeepingBindings()
                 }
             }
+            // The ones the uploader had not sent are lost to the collector
+            // until they are requeued.
+            let uploader = try position(of: Self.uploaderConsumer) ?? 0
+            try countLoss(.deadLettered, positions.count { $0 > uploader })
         }
         sealer?.reportUndecryptable(moved)
     }

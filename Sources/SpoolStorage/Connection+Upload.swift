@@ -367,14 +367,18 @@ extension Connection {
         }
     }
 
-    /// Whether uploads are paused, and whether any batch is handed to the
-    /// system, in one statement.
-    package func uploadGates() throws -> (paused: Bool, handedOff: Bool) {
+    /// Whether uploads are paused, whether any batch is handed to the
+    /// system, and whether any loss waits to be reported (`upload_loss`), in
+    /// one statement.
+    package func uploadGates() throws -> (paused: Bool, handedOff: Bool, lossCounted: Bool) {
         try withStatement(
-            "SELECT EXISTS (SELECT 1 FROM upload_pause), EXISTS (SELECT 1 FROM background_transfers)"
+            """
+            SELECT EXISTS (SELECT 1 FROM upload_pause), EXISTS (SELECT 1 FROM background_transfers), \
+            EXISTS (SELECT 1 FROM upload_loss)
+            """
         ) { statement in
-            guard try statement.step() else { return (false, false) }
-            return (statement.int(at: 0) != 0, statement.int(at: 1) != 0)
+            guard try statement.step() else { return (false, false, false) }
+            return (statement.int(at: 0) != 0, statement.int(at: 1) != 0, statement.int(at: 2) != 0)
         }
     }
 

@@ -11,11 +11,19 @@ package struct ConnectionOptions: Sendable {
     /// Seals the personal values of the rows this connection writes, and
     /// opens them as it reads; nil writes and reads them as they are.
     package var sealer: RowSealer?
+    /// Where the connection, and the ``DatabaseQueue`` that owns it, read
+    /// the time: the timestamps rows are written with, and the queue's
+    /// timers.
+    package var clock: any SpoolClock
 
-    package init(fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000, sealer: RowSealer? = nil) {
+    package init(
+        fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000, sealer: RowSealer? = nil,
+        clock: any SpoolClock = SystemClock()
+    ) {
         self.fullSynchronous = fullSynchronous
         self.busyTimeoutMilliseconds = busyTimeoutMilliseconds
         self.sealer = sealer
+        self.clock = clock
     }
 }
 
@@ -30,6 +38,8 @@ package final class Connection {
     /// Seals and opens personal values with the keys of
     /// ``ConnectionOptions/sealer``: this connection's own cipher state.
     package let sealing: SealingSession?
+    /// Where the time written into rows comes from (``ConnectionOptions/clock``).
+    package let clock: any SpoolClock
 
     /// The keys personal values are sealed and opened with (``ConnectionOptions/sealer``).
     package var sealer: RowSealer? { sealing?.sealer }
@@ -53,6 +63,7 @@ package final class Connection {
     package init(path: String, options: ConnectionOptions) throws {
         self.path = path
         self.sealing = options.sealer.map(SealingSession.init)
+        self.clock = options.clock
         if path != Self.inMemoryPath {
             try Connection.createFileIfMissing(path)
         }
@@ -79,6 +90,7 @@ package final class Connection {
     package init(adopting handle: OpaquePointer, path: String) {
         self.path = path
         self.sealing = nil
+        self.clock = SystemClock()
         self.handle = handle
         sqlite3_extended_result_codes(handle, 1)
     }
@@ -192,15 +204,16 @@ package final class Connection {
     /// and SQLite reports a competing process (an app and its extension
     /// opening the file together) at once instead of calling the busy handler.
     private func retryingWhileBusy<T>(for milliseconds: Int32, _ body: () throws -> T) throws -> T {
+        // clock-exempt: a real deadline, the other process's lock is held in real time, as SQLite's busy timeout.
         let deadline = Date().addingTimeInterval(Double(max(0, milliseconds)) / 1_000)
         var pause: UInt32 = 1_000
         while true {
             do {
                 return try body()
             } catch let error as SQLiteError
-                where error.resultCode == .busy && Date() < deadline
+                where error.resultCode == .busy && Date() < deadline  // clock-exempt: the deadline above
             {
-                usleep(pause)
+                usleep(pause)  // clock-exempt: the deadline above
                 pause = min(pause * 2, 50_000)
             }
         }

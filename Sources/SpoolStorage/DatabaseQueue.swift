@@ -11,8 +11,10 @@ import Foundation
 /// would deadlock).
 package final class DatabaseQueue: @unchecked Sendable {
     // Safe: `connection` is only touched from blocks running on `queue`:
-    // every entry point dispatches onto it (`sync` checks it is not already
-    // there, `assertOnQueue` that a caller is).
+    // each entry point either dispatches onto it (`sync` and `close` check
+    // they are not already there) or checks that it runs there
+    // (`assertOnQueue`: `onQueue`, `replaceFile`, `fileGeneration`); `deinit`
+    // touches it directly, when no block can be running.
     private let queue: DispatchQueue
     private var connection: Connection?
     private let checkpointer: Checkpointer?
@@ -25,7 +27,6 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// Whether ``suspend()`` holds one of the checkpointer's pauses (pauses
     /// count, so an erasure's and a suspension's do not undo each other).
     private let checkpointsSuspended = Protected(false)
-    private let clockBox = Protected<any SpoolClock>(SystemClock())
     /// Told, on the queue, when work arrives while suspended (the engine
     /// opens a background window to run it).
     package let onDeferredWork = Protected<(@Sendable () -> Void)?>(nil)
@@ -112,13 +113,10 @@ package final class DatabaseQueue: @unchecked Sendable {
         queue.async { self.perform { body(self.connection) } }
     }
 
-    /// What delayed blocks (``asyncAfter(_:_:)``, ``timer(after:_:)``) and the
-    /// code using this database read the time from: ``SystemClock`` unless
-    /// set.
-    package var clock: any SpoolClock {
-        get { clockBox.withLock { $0 } }
-        set { clockBox.withLock { $0 = newValue } }
-    }
+    /// What delayed blocks (``asyncAfter(_:_:)``, ``timer(after:_:)``), the
+    /// connection and the code using this database read the time from:
+    /// ``ConnectionOptions/clock``.
+    package var clock: any SpoolClock { options.clock }
 
     /// Runs `body` on the queue after `delay` seconds of ``clock``; `body`
     /// gets nil once closed. The wait does not keep this object alive.

@@ -136,10 +136,10 @@ extension EventLog {
         _ group: ArraySlice<Pending>, _ connection: Connection
     ) throws -> (head: Int64, events: [StoredEvent]?, reading: (any Sendable)?, drops: QueueDrops, stamps: CommitStamps)
     {
-        let (bounds, historyLimits, pruneHistory, reader) = state.withLock { state in
+        let (bounds, historyLimits, pruneHistory, reader, launch) = state.withLock { state in
             (
                 state.queueBounds, state.historyLimits,
-                state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader
+                state.historyLimits != nil && state.historySincePrune >= 1_024, state.groupReader, state.launch
             )
         }
         var head: Int64 = 0
@@ -177,9 +177,13 @@ extension EventLog {
             let insert = try connection.cachedStatement(
                 """
                 INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, bytes_before, \
-                type, target, identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                type, target, identity_id, context_id, sealed, launch, launch_ms) \
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             defer { insert.reset() }
+            // The clock each event's age is measured on: read once a commit.
+            let stamp = launch?.commitStamp(database.clock)
+            try CommitStamp.bindLaunch(stamp, to: insert, at: 14)
             // The message type and target, bound only when they change: the
             // statement keeps its bindings between rows, and a bound text is
             // SQLite's own copy (an allocation each time).
@@ -211,6 +215,7 @@ extension EventLog {
                         try insert.bind(identityID, at: 11)
                         try insert.bind(contextID, at: 12)
                     }
+                    try stamp?.bindMilliseconds(recordedAt: group[offset].record.recordedAt, to: insert, at: 15)
                     try Pending.insert(
                         group.baseAddress! + offset, as: seq, with: insert,
                         sealed: connection.sealing?.sealedInRun(sealed[offset - sealedRun.lowerBound]))
@@ -325,7 +330,7 @@ extension EventLog {
     /// of a burst; spool-bench compares the caller's with it).
     package static func threadCPUNanoseconds() -> UInt64 {
         var time = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)  // clock-exempt: CPU spent, not time passing
         return UInt64(time.tv_sec) &* 1_000_000_000 &+ UInt64(time.tv_nsec)
     }
 }

@@ -116,6 +116,8 @@ package final class EventLog: Sendable {
         var groupReader: GroupReader?
         var failureHandler: (@Sendable (Failure) -> Void)?
         var queueBounds = QueueBounds()
+        /// What the writer stamps each event's clock with (``Launch``).
+        var launch: Launch?
         var historyLimits: HistoryLimits?
         /// History rows written since the history was last pruned.
         var historySincePrune = 0
@@ -277,6 +279,7 @@ package final class EventLog: Sendable {
     ///   failing or no room came in time; ``StorageError/closed``.
     package func waitForRoom(bytes needed: Int) throws {
         state.withLock { $0.buffer.startWaitingForRoom() }
+        // clock-exempt: a real deadline, the caller's thread is blocked and the OS wakes it.
         let found = state.wait(until: Date().addingTimeInterval(Self.maximumWaitForRoom)) { state in
             state.buffer.waitForRoomIsOver(for: needed)
         }

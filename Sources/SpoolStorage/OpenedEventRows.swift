@@ -29,6 +29,7 @@ struct OpenedEventRows {
         var userID: Range<Int>?
         var traits: Range<Int>?
         var context: Range<Int>?
+        var launch: (id: Int64, milliseconds: Int64)?
         /// The sealed parameters, opened into `parameters`.
         var sealed: Range<Int>?
         /// False once one of its sealed values would not open.
@@ -105,7 +106,7 @@ struct OpenedEventRows {
             seq: readable.seq, recordedAt: readable.recordedAt, id: bytes.append(readable.id),
             name: bytes.append(readable.name), parameters: 0..<0, type: bytes.append(readable.type),
             session: readable.session.map { bytes.append($0) }, target: readable.target.map { bytes.append($0) },
-            anonymousID: readable.anonymousID.map { bytes.append($0) })
+            anonymousID: readable.anonymousID.map { bytes.append($0) }, launch: readable.launch)
         if let parameters = sealed?.parameters {
             row.sealed = bytes.append(parameters)
             row.parameters = bytes.reserve(RowSealer.plaintextCount(of: parameters))
@@ -159,7 +160,7 @@ struct OpenedEventRows {
             session: row.session.map { bytes[$0] }, parameters: bytes[row.parameters], type: bytes[row.type],
             target: row.target.map { bytes[$0] }, anonymousID: row.anonymousID.map { bytes[$0] },
             userID: row.userID.map { bytes[$0] }, traits: row.traits.map { bytes[$0] },
-            context: row.context.map { bytes[$0] })
+            context: row.context.map { bytes[$0] }, launch: row.launch)
     }
 
     // MARK: - Identities and contexts

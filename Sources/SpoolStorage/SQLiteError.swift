@@ -5,52 +5,52 @@ import CSQLite
 /// It carries SQLite's result code, its message and the SQL that failed, so
 /// callers can match on the code. It never carries bound values: event
 /// parameters can be personal data.
-public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
+package struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     /// A primary SQLite result code (`SQLITE_BUSY`, `SQLITE_FULL`, …).
-    public struct ResultCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+    package struct ResultCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
         /// The code's number, as in SQLite's C API.
-        public let rawValue: Int32
+        package let rawValue: Int32
         /// The code with this number; any number is accepted.
-        public init(rawValue: Int32) { self.rawValue = rawValue }
+        package init(rawValue: Int32) { self.rawValue = rawValue }
 
         /// `SQLITE_ERROR`: a generic error, such as an SQL error.
-        public static let error = ResultCode(rawValue: SQLITE_ERROR)
+        package static let error = ResultCode(rawValue: SQLITE_ERROR)
         /// `SQLITE_BUSY`: another connection (often another process) held a
         /// lock for longer than the busy timeout.
-        public static let busy = ResultCode(rawValue: SQLITE_BUSY)
+        package static let busy = ResultCode(rawValue: SQLITE_BUSY)
         /// `SQLITE_LOCKED`: a conflict inside the same connection.
-        public static let locked = ResultCode(rawValue: SQLITE_LOCKED)
+        package static let locked = ResultCode(rawValue: SQLITE_LOCKED)
         /// `SQLITE_READONLY`: the file or its directory cannot be written.
-        public static let readOnly = ResultCode(rawValue: SQLITE_READONLY)
+        package static let readOnly = ResultCode(rawValue: SQLITE_READONLY)
         /// `SQLITE_IOERR`: the operating system reported an I/O error.
-        public static let ioError = ResultCode(rawValue: SQLITE_IOERR)
+        package static let ioError = ResultCode(rawValue: SQLITE_IOERR)
         /// `SQLITE_CORRUPT`: the database file is damaged.
-        public static let corrupt = ResultCode(rawValue: SQLITE_CORRUPT)
+        package static let corrupt = ResultCode(rawValue: SQLITE_CORRUPT)
         /// `SQLITE_FULL`: the disk (or the file size limit) is full.
-        public static let full = ResultCode(rawValue: SQLITE_FULL)
+        package static let full = ResultCode(rawValue: SQLITE_FULL)
         /// `SQLITE_CANTOPEN`: the file could not be opened.
-        public static let cantOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
+        package static let cantOpen = ResultCode(rawValue: SQLITE_CANTOPEN)
         /// `SQLITE_CONSTRAINT`: a row broke a constraint of the schema.
-        public static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
+        package static let constraint = ResultCode(rawValue: SQLITE_CONSTRAINT)
         /// `SQLITE_NOTADB`: the file is not a SQLite database.
-        public static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
+        package static let notADatabase = ResultCode(rawValue: SQLITE_NOTADB)
         /// `SQLITE_TOOBIG`: a value is larger than SQLite allows.
-        public static let tooBig = ResultCode(rawValue: SQLITE_TOOBIG)
+        package static let tooBig = ResultCode(rawValue: SQLITE_TOOBIG)
         /// `SQLITE_MISMATCH`: a value of the wrong type for its column.
-        public static let mismatch = ResultCode(rawValue: SQLITE_MISMATCH)
+        package static let mismatch = ResultCode(rawValue: SQLITE_MISMATCH)
 
         /// SQLite's English description of the code (`database or disk is full`).
-        public var description: String { String(cString: sqlite3_errstr(rawValue)) }
+        package var description: String { String(cString: sqlite3_errstr(rawValue)) }
     }
 
     /// The primary result code.
-    public var resultCode: ResultCode { ResultCode(rawValue: extendedResultCode & 0xFF) }
+    package var resultCode: ResultCode { ResultCode(rawValue: extendedResultCode & 0xFF) }
     /// The extended result code, as `sqlite3_extended_errcode` returned it.
-    public let extendedResultCode: Int32
+    package let extendedResultCode: Int32
     /// SQLite's own message.
-    public let message: String
+    package let message: String
     /// The statement that failed, if any. Bound values are never included.
-    public let sql: String?
+    package let sql: String?
 
     /// An error with SQLite's extended result code, its message and,
     /// optionally, the SQL that failed (never with bound values).
@@ -67,7 +67,7 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The codes, SQLite's message and the statement, for logs.
-    public var description: String {
+    package var description: String {
         var text = "SQLite error \(extendedResultCode) (\(resultCode)): \(message)"
         if let sql { text += " — while executing `\(sql)`" }
         return text

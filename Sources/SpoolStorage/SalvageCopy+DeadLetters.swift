@@ -65,7 +65,20 @@ extension SalvageCopy {
     func bindMessageColumns(from source: Statement, at first: Int32, to insert: Statement, at index: Int32)
         throws
     {
-        for offset: Int32 in 0..<4 {
+        try bindColumns(4, from: source, at: first, to: insert, at: index)
+    }
+
+    /// Binds an event's `launch` and `launch_ms` read at `first` as they are.
+    func bindLaunchColumns(from source: Statement, at first: Int32, to insert: Statement, at index: Int32)
+        throws
+    {
+        try bindColumns(2, from: source, at: first, to: insert, at: index)
+    }
+
+    private func bindColumns(
+        _ count: Int32, from source: Statement, at first: Int32, to insert: Statement, at index: Int32
+    ) throws {
+        for offset: Int32 in 0..<count {
             let code = sqlite3_bind_value(
                 insert.handle, index + offset, sqlite3_column_value(source.handle, first + offset))
             guard code == SQLITE_OK else { throw fresh.error(code, sql: nil) }

@@ -45,7 +45,7 @@ struct SalvageCopy {
             CREATE TEMP TABLE salvaged_events (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, name TEXT NOT NULL, \
             parameters TEXT NOT NULL, recorded_at REAL NOT NULL, session_id TEXT, priority INTEGER NOT NULL, \
             uploader_only INTEGER NOT NULL, type TEXT NOT NULL, target TEXT, identity_id INTEGER, context_id INTEGER, \
-            sealed BLOB)
+            sealed BLOB, launch INTEGER, launch_ms INTEGER)
             """)
         defer {
             // try?: the temporary table goes with the connection anyway.
@@ -101,9 +101,15 @@ struct SalvageCopy {
                 try statement.bind(erasures, at: 2)
                 try statement.step()
             }
+            // What the uploader lost the collector hears of (before it first
+            // ran, every event lost).
+            if !consumers.contains(where: { $0.id == Connection.uploaderConsumer }) {
+                try fresh.countLoss(.salvaged, Int(clamping: lostEvents))
+            }
             for consumer in consumers {
                 let position = head - Int64(try recoveredCount(after: consumer.position))
                 let lost = max(0, position - max(consumer.position, start))
+                if consumer.id == Connection.uploaderConsumer { try fresh.countLoss(.salvaged, Int(clamping: lost)) }
                 try fresh.withStatement(
                     """
                     INSERT INTO consumers (id, position, updated_at, dropped, dropped_reported) \
@@ -136,6 +142,15 @@ struct SalvageCopy {
         // Sealed parameters are copied sealed: they open with the event's
         // id, which the copy keeps.
         let sealed = sealedColumn("events")
+        // Nor, before migration 0014, the clock of each event's age (a value
+        // that is not an integer reads as none: the age falls back to the
+        // wall clock's).
+        let launch =
+            (reader.columns["events"] ?? []).contains("launch_ms")
+            ? """
+            CASE WHEN typeof(launch) = 'integer' AND typeof(launch_ms) = 'integer' THEN launch END, \
+            CASE WHEN typeof(launch) = 'integer' AND typeof(launch_ms) = 'integer' THEN launch_ms END
+            """ : "NULL, NULL"
         let valid = """
             typeof(id) = 'text' AND length(id) > 0 AND typeof(name) = 'text' AND length(name) > 0 \
             AND CASE WHEN typeof(parameters) = 'text' AND json_valid(parameters) \
@@ -148,19 +163,20 @@ struct SalvageCopy {
             """
             INSERT INTO temp.salvaged_events \
             (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, type, target, \
-            identity_id, context_id, sealed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            identity_id, context_id, sealed, launch, launch_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         defer { insert.reset() }
         let scan = try reader.scan(
             "events",
             select: """
                 seq, id, name, parameters, recorded_at, session_id, priority, \(uploaderOnly), \(valid), \
-                \(messageColumns("events")), \(sealed)
+                \(messageColumns("events")), \(sealed), \(launch)
                 """
         ) { source in
             guard source.int64(at: 9) == 1 else { return false }
             try bindMessageColumns(from: source, at: 10, to: insert, at: 9)
             try insert.bindBlob(source.blob(at: 14).map(Array.init), at: 13)
+            try bindLaunchColumns(from: source, at: 15, to: insert, at: 14)
             try insert.bind(source.int64(at: 1), at: 1)
             try insert.bindText(source.bytes(at: 2), at: 2)
             try insert.bindText(source.bytes(at: 3), at: 3)
@@ -206,9 +222,9 @@ struct SalvageCopy {
         let insert = try fresh.cachedStatement(
             """
             INSERT INTO events (seq, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-            type, target, identity_id, context_id, sealed) \
+            type, target, identity_id, context_id, sealed, launch, launch_ms) \
             SELECT ?, id, name, parameters, recorded_at, session_id, priority, uploader_only, \
-            type, target, identity_id, context_id, sealed FROM temp.salvaged_events WHERE seq = ?
+            type, target, identity_id, context_id, sealed, launch, launch_ms FROM temp.salvaged_events WHERE seq = ?
             """)
         defer { insert.reset() }
         var next = base
@@ -299,12 +315,14 @@ struct SalvageCopy {
     /// the damaged file has too (the collectors Spool learnt about, counters,
     /// the record of recent uploads…).
     private func otherTables() throws -> [String] {
-        // `background_transfers` stays behind: its positions are the old
-        // file's, and the fresh file's close up. Those events go out again
-        // as new batches; a late report for one of them settles nothing.
+        // `background_transfers`, `upload_loss_carried` and
+        // `upload_batch_bounds` stay behind: their
+        // positions are the old file's, and the fresh file's close up. Those
+        // events go out again as new batches (a late report for one of them
+        // settles nothing), with the loss counted (`upload_loss`, copied).
         let own: Set<String> = [
             "events", "consumers", "event_history", "dead_letters", "log_head", "schema_migrations",
-            "background_transfers",
+            "background_transfers", "upload_loss_carried", "upload_batch_bounds",
         ]
         return try fresh.withStatement(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name"

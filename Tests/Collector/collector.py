@@ -12,7 +12,19 @@ format, and appended to FILE as one JSON line:
      "raw": base64 of the decoded body, "content_type": ..., "content_encoding": ...,
      "headers": {lower-case name: value},
      "ids": [event ids in the body], "accepted": [ids the collector took],
-     "format_errors": [what the body or headers got wrong for the format]}
+     "format_errors": [what the body or headers got wrong for the format],
+     "loss": {cause: events} the request reports, or null,
+     "carrier": where the loss was: "body" (Spool's "spool": {"lost": ...}) | "header"
+                (X-Spool-Loss) | null,
+     "clock": [{"id", "timestamp", "age", "age_clock", "sent_at",
+                "by_age", "by_sent_at"}, one per event]}
+
+"clock" is the collector's correction of each event's time, in seconds
+since 1970 on the collector's own clock, taken when the request arrived
+("t"): "by_age" = t - age (the event's "age", milliseconds; null without
+one), "by_sent_at" = t - (sentAt - timestamp) (the body's "sentAt", or a
+Kafka record value's). "age_clock" is "wall" when the device measured the
+age on its wall clock, else "monotonic".
 
 The log survives restarts, so a test can stop the collector ("down") and start
 it again on the same port.
@@ -66,6 +78,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from wire import ISO, body_loss, corrections, header_loss
+
 lock = threading.Lock()
 state = {"mode": "ok", "status": 500, "retry_after": None, "times": None,
          "reject_ids": set(), "max_bytes": None, "hang_seconds": 5, "location": None,
@@ -80,7 +94,6 @@ taken_keys = set()
 offsets = {"next": 0}
 log_path = None
 
-ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 SEGMENT_MAX_REQUEST = 500_000
 SEGMENT_MAX_MESSAGE = 32_000
 SEGMENT_MAX_EVENTS = 2_500
@@ -105,15 +118,24 @@ def record(entry):
 MESSAGE_TYPES = ("track", "screen", "identify", "group", "alias")
 
 
-def check_spool_event(event, where, errors):
+def check_spool_event(event, where, errors, record_value=False):
+    """Spool's event object; a Kafka record's value carries sentAt too."""
     if not isinstance(event, dict):
         errors.append(where + " is not an object")
         return None
     keys = set(event)
-    required = {"id", "type", "name", "timestamp", "session", "parameters"}
-    optional = {"anonymousId", "userId", "target", "context"}
+    required = {"id", "type", "name", "timestamp", "age", "session", "parameters"}
+    if record_value:
+        required.add("sentAt")
+    optional = {"anonymousId", "userId", "target", "context", "ageClock"}
     if not required <= keys or not keys <= required | optional:
         errors.append("%s has keys %s" % (where, sorted(keys)))
+    if not isinstance(event.get("age"), int) or isinstance(event.get("age"), bool):
+        errors.append(where + ".age is not an integer")
+    if "ageClock" in event and event["ageClock"] != "wall":
+        errors.append(where + ".ageClock is not \"wall\"")
+    if record_value and (not isinstance(event.get("sentAt"), str) or not ISO.match(event.get("sentAt"))):
+        errors.append(where + ".sentAt is not ISO 8601 with milliseconds in UTC")
     if event.get("type") not in MESSAGE_TYPES:
         errors.append(where + ".type is not a message type")
     for key in ("anonymousId", "userId", "target"):
@@ -142,6 +164,8 @@ def check_spool(body, headers, errors):
         return []
     if not isinstance(body.get("sentAt"), str) or not ISO.match(body["sentAt"]):
         errors.append("sentAt is not ISO 8601 with milliseconds in UTC")
+    if body_loss(body, errors) is None:
+        errors.append("no spool.lost object")
     return [check_spool_event(e, "events[%d]" % i, errors) for i, e in enumerate(body["events"])]
 
 
@@ -239,7 +263,7 @@ def check_kafka(body, headers, errors):
         if record_["key"] is not None and not isinstance(record_["key"], str):
             errors.append(where + ".key is neither a string nor null")
         value = record_["value"]
-        ids.append(check_spool_event(value, where + ".value", errors))
+        ids.append(check_spool_event(value, where + ".value", errors, record_value=True))
         if isinstance(value, dict) and record_["key"] not in (
                 value.get("session"), value.get("userId") or value.get("anonymousId")):
             errors.append(where + ".key is neither the session id nor the user's id")
@@ -327,11 +351,20 @@ class Handler(BaseHTTPRequestHandler):
             events = body.get("events") if isinstance(body, dict) else None
             ids = [e.get("id") for e in events if isinstance(e, dict)] if isinstance(events, list) else []
         ids = [i for i in ids if isinstance(i, str)]
-        entry = {"t": time.time(), "bytes": len(wire), "decoded_bytes": len(decoded), "ids": ids,
+        received = time.time()
+        loss, carrier = header_loss(headers, errors), "header"
+        if isinstance(body, dict) and isinstance(body.get("spool"), dict):
+            if loss is not None:
+                errors.append("the loss both in the body and in X-Spool-Loss")
+            loss, carrier = body_loss(body, errors), "body"
+        if fmt in ("segment", "kafka") and loss is None:
+            errors.append("no X-Spool-Loss header")
+        entry = {"t": received, "bytes": len(wire), "decoded_bytes": len(decoded), "ids": ids,
                  "accepted": [], "raw": base64.b64encode(decoded).decode(),
                  "method": self.command, "content_type": headers.get("content-type"),
                  "content_encoding": encoding, "headers": headers, "path": self.path,
-                 "format_errors": []}
+                 "format_errors": [], "loss": loss, "carrier": carrier if loss is not None else None,
+                 "clock": corrections(fmt, body, received)}
 
         def finish(status, errors_=None):
             entry["status"] = status

@@ -56,6 +56,10 @@
 //             The identity modes: see IdentityModes.swift.
 // --surveys   Records purchases under surveys with filtered rules, printing
 //             "TRIGGER <survey> <marker>" for each trigger: see SurveyMode.swift.
+// --overflow BOUND COUNT
+//             Starts an engine on the file that keeps at most BOUND events and
+//             does not upload, records COUNT events (the last durably), closes
+//             and prints "DONE": the bound drops what no one uploaded yet.
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
@@ -103,8 +107,8 @@ struct ChildKey: EncryptionKeyProvider {
 }
 
 final class Printer: EventListener {
-    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-        if let id = parameters["id"]?.stringValue { emit("GOT \(id)") }
+    func onEventRecorded(_ event: RecordedEvent) {
+        if let id = event.parameters["id"]?.stringValue { emit("GOT \(id)") }
     }
 }
 
@@ -153,8 +157,8 @@ case "--worker":
     else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), maximumRetainedEvents: nil, collectorURL: collector,
-            dispatcher: DefaultEventDispatcher(batchSize: 10, timerInterval: 0.2, requestTimeout: 5),
+            database: .file(url), maximumRetainedEvents: nil, collectorURL: collector, batchSize: 10,
+            uploadInterval: 0.2, dispatcher: DefaultEventDispatcher(requestTimeout: 5),
             retryPolicy: RetryPolicy(initialDelay: 0.05, maximumDelay: 0.5)))
     // Both workers open the new file at the same moment.
     try await waitForStartTime(startAt)
@@ -175,7 +179,7 @@ case "--worker":
             {
                 emit("ACK \(id)")
             }
-        } catch let error as SQLiteError where error.resultCode == .busy {
+        } catch SpoolError.sqlite(let failure) where failure.resultCode == .busy {
             emit("BUSY")
         } catch {
             emit("ERR \(error)")
@@ -277,6 +281,11 @@ case "--erasure-recorder":
 case "--surveys":
     try await runSurveys(url, tag: tag)
 
+case "--overflow":
+    guard arguments.count >= 6, let bound = Int(arguments[4]), let count = Int(arguments[5]) else { exit(2) }
+    try await runOverflow(url, bound: bound, count: count)
+    exit(0)
+
 case "--hold-open-lock":
     let mark = StoreMark(databasePath: url.path)
     mark?.lock()
@@ -287,8 +296,8 @@ case "--open":
     guard arguments.count >= 5, let startAt = Double(arguments[4]) else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"),
-            dispatcher: DefaultEventDispatcher(timerInterval: 3_600)))
+            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"), uploadInterval: 3_600,
+            dispatcher: DefaultEventDispatcher()))
     let printer = Printer()
     engine.events.addDurableObserver(printer, id: "open")
     try await waitForStartTime(startAt)
@@ -346,8 +355,8 @@ case "--notifier":
     guard arguments.count >= 5, let collector = URL(string: arguments[4]) else { exit(2) }
     let engine = EventEngine(
         configuration: EngineConfiguration(
-            database: .file(url), collectorURL: collector,
-            dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 60, requestTimeout: 5)))
+            database: .file(url), collectorURL: collector, batchSize: 50, uploadInterval: 60,
+            dispatcher: DefaultEventDispatcher(requestTimeout: 5)))
     try await engine.start()
     if case .recorded(let id) = try await engine.recordDurably("via_notifier") { emit("ID \(id)") }
     SpoolBackgroundNotifier.applicationDidEnterBackground()

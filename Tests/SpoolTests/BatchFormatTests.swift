@@ -21,8 +21,10 @@ struct BatchFormatTests {
     func read(_ engine: EventEngine, format: some BatchFormat, limit: Int = 100, maximumBytes: Int = .max)
         async throws -> UploadBatch.Read?
     {
-        try await engine.query {
-            try UploadBatch.read(after: 0, limit: limit, format: format, maximumBytes: maximumBytes, now: 0, from: $0)
+        let clock = try engine.batchClock()
+        return try await engine.query {
+            try UploadBatch.read(
+                after: 0, limit: limit, format: format, clock: clock, maximumBytes: maximumBytes, from: $0)
         }
     }
 
@@ -30,7 +32,7 @@ struct BatchFormatTests {
         UploadBatch, [String: Any]
     ) {
         guard case .batch(let batch)? = try await read(engine, format: format, limit: limit) else {
-            throw SpoolError.invalidConfiguration("no batch")
+            throw TestSetupError("no batch")
         }
         let json = try #require(try JSONSerialization.jsonObject(with: batch.body) as? [String: Any])
         return (batch, json)
@@ -44,7 +46,7 @@ struct BatchFormatTests {
     // MARK: - Bodies
 
     @Test(
-        "Spool's format: sentAt and events with id, type, name, timestamp, session, parameters spliced as stored, identity"
+        "Spool's format: sentAt, the loss counts, and events with id, type, name, timestamp, age, session, parameters spliced as stored, identity"
     )
     func spoolBody() async throws {
         let (engine, ids) = try await engine(recording: 3)
@@ -52,12 +54,18 @@ struct BatchFormatTests {
         let (batch, json) = try await body(engine, format: .spool)
         #expect(batch.count == 4, "session_start and three events")
         #expect(isISOMilliseconds(json["sentAt"]))
+        // W4: every cause, at zero when nothing was lost.
+        let lost = try #require((json["spool"] as? [String: Any])?["lost"] as? [String: Int])
+        #expect(lost == Dictionary(uniqueKeysWithValues: LossCause.allCases.map { ($0.rawValue, 0) }))
         let events = try #require(json["events"] as? [[String: Any]])
         #expect(events.compactMap { $0["id"] as? String }.suffix(3) == ids[...])
+        // W5: recorded in this launch, so each age is the monotonic clock's
+        // (no "ageClock").
         #expect(
             events.allSatisfy {
-                Set($0.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"]
+                Set($0.keys) == ["id", "type", "name", "timestamp", "age", "session", "parameters", "anonymousId"]
             })
+        #expect(events.allSatisfy { ($0["age"] as? Int).map { $0 >= 0 } == true })
         #expect(events.allSatisfy { $0["type"] as? String == "track" })
         #expect(events.allSatisfy { $0["anonymousId"] as? String == identity.anonymousId })
         #expect(events.allSatisfy { $0["session"] as? String == engine.currentSessionID })
@@ -144,7 +152,11 @@ struct BatchFormatTests {
         for record in records {
             #expect(Set(record.keys) == ["key", "value"])
             let value = try #require(record["value"] as? [String: Any])
-            #expect(Set(value.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"])
+            #expect(
+                Set(value.keys) == [
+                    "id", "type", "name", "timestamp", "age", "sentAt", "session", "parameters", "anonymousId",
+                ])
+            #expect(isISOMilliseconds(value["sentAt"]), "W5: the record carries the request's sentAt")
             #expect(record["key"] as? String == identity.anonymousId, "no user: keyed by the anonymous id")
             #expect(value["session"] as? String == engine.currentSessionID)
         }
@@ -206,8 +218,9 @@ struct BatchFormatTests {
         var position: Int64 = 0
         var sizes: [Int] = []
         var oversized: [Int] = []
+        let clock = try engine.batchClock()
         while let read = try await engine.query({ [position] in
-            try UploadBatch.read(after: position, limit: 100, format: format, now: 0, from: $0)
+            try UploadBatch.read(after: position, limit: 100, format: format, clock: clock, from: $0)
         }) {
             switch read {
             case .batch(let batch):

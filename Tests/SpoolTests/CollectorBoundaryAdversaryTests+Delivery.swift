@@ -12,12 +12,13 @@ extension CollectorBoundaryAdversaryTests {
     /// recorded ids.
     static func engineWithDeadLetters(
         _ directory: TemporaryDirectory, _ collector: TestCollector, count: Int, bad: [Int],
-        maxQueueSize: Int = 10_000, configure: (inout EngineConfiguration) -> Void = { _ in },
+        maximumRetainedEvents: Int = 10_000, configure: (inout EngineConfiguration) -> Void = { _ in },
         before: (EventEngine) -> Void = { _ in }
     ) async throws -> (EventEngine, [String]) {
         // No timer pass (an hour): a loaded run can outlast the default 60 s.
         var configuration = uploadingConfiguration(
-            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maxQueueSize: maxQueueSize,
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600,
+            maximumRetainedEvents: maximumRetainedEvents,
             requestTimeout: 30, retry: slowRetry, request: UploadRequestOptions(compression: .identity))
         configure(&configuration)
         let engine = EventEngine(configuration: configuration)
@@ -108,7 +109,7 @@ extension CollectorBoundaryAdversaryTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(
-            directory, collector, count: 9, bad: [0, 1, 2, 3, 4], maxQueueSize: 100)
+            directory, collector, count: 9, bad: [0, 1, 2, 3, 4], maximumRetainedEvents: 100)
         try await collector.control(["mode": "status", "status": 503])
         let queued = try recordEvents(engine, 95, prefix: "queued")  // room for 5 more
         try await engine.settle()
@@ -138,7 +139,7 @@ extension CollectorBoundaryAdversaryTests {
         let collector = try await TestCollector(directory)
         let listener = CollectingListener()
         let (engine, _) = try await Self.engineWithDeadLetters(
-            directory, collector, count: 5, bad: [2], maxQueueSize: 100,
+            directory, collector, count: 5, bad: [2], maximumRetainedEvents: 100,
             before: { $0.events.addDurableObserver(listener, id: "away") })
         #expect(try await waitUntil { listener.customNames.count == 5 })
         engine.events.removeDurableObserver(id: "away")
@@ -202,7 +203,8 @@ extension CollectorBoundaryAdversaryTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 100, maxQueueSize: 150, requestTimeout: 30, retry: fastRetry)
+            directory, collector: collector, batchSize: 100, maximumRetainedEvents: 150, requestTimeout: 30,
+            retry: fastRetry)
         try await engine.start()
         let held = try recordEvents(engine, 99)
         #expect(try await collector.waitForHeld())

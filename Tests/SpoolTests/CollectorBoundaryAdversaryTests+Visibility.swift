@@ -50,7 +50,7 @@ extension CollectorBoundaryAdversaryTests {
         #expect(await Self.flushes(engine, 3))
         try await collector.control(["path_status": ["/collect": 401]])
         _ = try recordEvents(engine, 1, prefix: "late")
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         try await collector.control(["path_status": [String: Int]()])
         #expect(await Self.flushes(engine, 3))
         let requests = collector.requests()

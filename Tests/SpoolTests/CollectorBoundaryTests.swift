@@ -18,7 +18,9 @@ struct CollectorBoundaryTests {
         #expect(missing.count == 0, "of \(ids.count)", sourceLocation: sourceLocation)
     }
 
-    @Test("C1: a plain JSON endpoint that cannot read gzip: every event arrives, none is dead-lettered, one extra request")
+    @Test(
+        "C1: a plain JSON endpoint that cannot read gzip: every event arrives, none is dead-lettered, one extra request"
+    )
     func plainJSONEndpointWithoutGzip() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -45,13 +47,15 @@ struct CollectorBoundaryTests {
         await again.close()
     }
 
-    @Test("C4: a request held while the retention bound drops its events, then refused with 401: nothing unsent is dead-lettered")
+    @Test(
+        "C4: a request held while the retention bound drops its events, then refused with 401: nothing unsent is dead-lettered"
+    )
     func heldRequestRefusedAfterTheRetentionBound() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "hold", "times": 1, "hang_seconds": 30])
         let engine = uploadingEngine(
-            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maxQueueSize: 150)
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600, maximumRetainedEvents: 150)
         try await engine.start()
         _ = try recordEvents(engine, 99)  // with session_start: one full batch, sent and held
         #expect(try await collector.waitForHeld())
@@ -77,7 +81,7 @@ struct CollectorBoundaryTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, request: request)
         try await engine.start()
         let ids = try recordEvents(engine, 25)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(collector.requests().allSatisfy { $0.status == 401 })
         #expect(try await deadLetterCount(engine) == 0)
         key.withLock { $0 = "new" }
@@ -110,7 +114,9 @@ struct CollectorBoundaryTests {
         await engine.close()
     }
 
-    @Test("C3: bisection: one bad event in 64 costs at most 2·log2(64) more requests; a batch refused at every level is not split further")
+    @Test(
+        "C3: bisection: one bad event in 64 costs at most 2·log2(64) more requests; a batch refused at every level is not split further"
+    )
     func bisectionIsBounded() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -136,7 +142,7 @@ struct CollectorBoundaryTests {
         let before = collector.requests().count
         let more = try recordEvents(engine, 64, prefix: "more")
         try await engine.settle()
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(collector.requests().count - before <= 2 + Uploader.bisectionBudget(64))
         #expect(try await deadLetterCount(engine) == 1)
         try await collector.control(["mode": "ok"])
@@ -159,7 +165,7 @@ struct CollectorBoundaryTests {
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 6)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.deadLettered == 0 && statistics.pending == 7)
         #expect(statistics.heldBack?.hasPrefix("HTTP \(status)") == true, "\(statistics.heldBack ?? "nil")")
@@ -180,8 +186,7 @@ struct CollectorBoundaryTests {
         let listener = CollectingListener()
         var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 100)
         configuration.dispatcher = DefaultEventDispatcher(
-            batchSize: 100, timerInterval: 3_600, format: SpoolBatchFormat(),
-            request: UploadRequestOptions(compression: .identity))
+            format: SpoolBatchFormat(), request: UploadRequestOptions(compression: .identity))
         let engine = EventEngine(configuration: configuration)
         engine.events.addDurableObserver(listener, id: "requeue")
         try await engine.start()
@@ -209,7 +214,7 @@ struct CollectorBoundaryTests {
     func requeueRespectsTheQueueBound() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maxQueueSize: 100)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, maximumRetainedEvents: 100)
         try await engine.start()
         let refused = try recordEvents(engine, 9, prefix: "early")
         try await collector.control(["reject_ids": Array(refused.prefix(5))])
@@ -281,7 +286,8 @@ struct CollectorBoundaryTests {
         #expect(results.first?.eventCount == 16 && results.first?.outcome == .bisected)
         #expect(results.filter { $0.outcome == .deadLettered }.map(\.firstEventID) == [ids[6]])
         let rows = try await engine.query { connection in
-            try connection.withStatement("SELECT outcome, status, event_count FROM upload_batches_readable ORDER BY id") {
+            try connection.withStatement("SELECT outcome, status, event_count FROM upload_batches_readable ORDER BY id")
+            {
                 statement in
                 var rows: [String] = []
                 while try statement.step() {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import Spool
 
 /// One place says where the database is: a dispatcher's `backingStore` and
@@ -9,7 +10,8 @@ struct ConfigurationConflictTests {
     static let collector = URL(string: "http://127.0.0.1:9/unused")!
 
     func configuration(_ database: DatabaseLocation, _ dispatcher: DefaultEventDispatcher) -> EngineConfiguration {
-        EngineConfiguration(database: database, collectorURL: Self.collector, dispatcher: dispatcher)
+        EngineConfiguration(
+            database: database, collectorURL: Self.collector, uploadInterval: 3_600, dispatcher: dispatcher)
     }
 
     @Test(
@@ -17,14 +19,14 @@ struct ConfigurationConflictTests {
         arguments: [(DataStoreType.file, "Other", true), (.memory, "OPTEventQueue", true), (.file, "Other", false)])
     func disagreeingLocationIsATypedError(store: DataStoreType, name: String, onFile: Bool) async throws {
         let directory = TemporaryDirectory()
-        let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 3_600)
+        let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name)
         let engine = EventEngine(
             configuration: configuration(onFile ? .file(directory.databaseURL) : .inMemory, dispatcher))
         await #expect {
             try await engine.start()
         } throws: { error in
-            guard case .invalidConfiguration(let reason) = error as? SpoolError else { return false }
-            return reason.contains("backingStore and dataStoreName")
+            guard case .conflictingDatabaseLocation(_, let requested) = error as? SpoolError else { return false }
+            return requested == (store == .memory ? "memory" : "a file named \(name).sqlite")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).isEmpty, "no file touched")
         await engine.close()
@@ -34,14 +36,14 @@ struct ConfigurationConflictTests {
     func agreeingLocationsStart() async throws {
         let directory = TemporaryDirectory()
         let agreeing = [
-            configuration(.file(directory.databaseURL), DefaultEventDispatcher(timerInterval: 3_600)),
-            configuration(.inMemory, DefaultEventDispatcher(timerInterval: 3_600)),
-            configuration(.inMemory, DefaultEventDispatcher(backingStore: .memory, timerInterval: 3_600)),
+            configuration(.file(directory.databaseURL), DefaultEventDispatcher()),
+            configuration(.inMemory, DefaultEventDispatcher()),
+            configuration(.inMemory, DefaultEventDispatcher(backingStore: .memory)),
             configuration(
                 .file(directory.file("Named.sqlite")),
-                DefaultEventDispatcher(dataStoreName: "Named", timerInterval: 3_600)),
+                DefaultEventDispatcher(dataStoreName: "Named")),
             .uploading(
-                to: Self.collector, dispatcher: DefaultEventDispatcher(dataStoreName: "Mine", timerInterval: 3_600),
+                to: Self.collector, dispatcher: DefaultEventDispatcher(dataStoreName: "Mine"),
                 in: directory.url),
         ]
         for configuration in agreeing {

@@ -28,7 +28,7 @@ enum DamagedFiles {
         configure: (inout EngineConfiguration) -> Void = { _ in }
     ) -> EventEngine {
         var configuration = uploadingConfiguration(
-            directory, collector: collector, batchSize: 5_000, timerInterval: 600, maxQueueSize: 10_000)
+            directory, collector: collector, batchSize: 5_000, timerInterval: 600, maximumRetainedEvents: 10_000)
         configure(&configuration)
         return EventEngine(configuration: configuration)
     }
@@ -93,6 +93,6 @@ extension SmallFileSystem {
     /// Makes the file system read-only: nothing can be created or renamed.
     func remountReadOnly() throws {
         let status = try runProcess("/bin/mount", ["-o", "remount,ro", url.path]).status
-        guard status == 0 else { throw SpoolError.invalidConfiguration("remount refused (\(status))") }
+        guard status == 0 else { throw TestSetupError("remount refused (\(status))") }
     }
 }

@@ -54,7 +54,7 @@ struct DiagnosticsTests {
         #expect(uncommitted == 5)
         let report = handled.withLock { $0.first { $0.kind == .uncommittedAtClose } }
         #expect(report?.eventCount == 5)
-        #expect((report?.error as? SQLiteError)?.resultCode == .full, "\(String(describing: report))")
+        #expect(sqliteCode(report?.error) == .full, "\(String(describing: report))")
     }
 
     @Test("a lease that cannot be released at close is reported under its owner's kind")
@@ -69,7 +69,7 @@ struct DiagnosticsTests {
         try await engine.start()
         try engine.record("one")
         // The failed upload leaves the uploader holding its lease.
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(try await engine.query { try $0.lease(of: Uploader.consumerID) } != nil)
         try await engine.query { try $0.execute("PRAGMA query_only = ON") }  // every write now fails
         await engine.close()

@@ -11,10 +11,10 @@ import Testing
 struct DispatcherRuleTests {
     @Test("D2: batchSize 10 by default; 1 sends each alone; 0 or less uses the default", .needsChildProcesses)
     func batchSizeRules() async throws {
-        #expect(DefaultEventDispatcher().batchSize == 10)
-        #expect(DefaultEventDispatcher(batchSize: 1).batchSize == 1)
-        #expect(DefaultEventDispatcher(batchSize: 0).batchSize == 10)
-        #expect(DefaultEventDispatcher(batchSize: -5).batchSize == 10)
+        #expect(EngineConfiguration().uploadBatchSize == 10)
+        #expect(EngineConfiguration(batchSize: 1).uploadBatchSize == 1)
+        #expect(EngineConfiguration(batchSize: 0).uploadBatchSize == 10)
+        #expect(EngineConfiguration(batchSize: -5).uploadBatchSize == 10)
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -45,12 +45,13 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "P2, D3: timerInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
+        "P2, D3: uploadInterval 60 s by default; 0 sends immediately; negative uses the default; the timer flushes",
         .needsChildProcesses)
     func timerRules() async throws {
-        #expect(DefaultEventDispatcher().timerInterval == 60)
-        #expect(DefaultEventDispatcher(timerInterval: 0).timerInterval == 0)
-        #expect(DefaultEventDispatcher(timerInterval: -1).timerInterval == 60)
+        #expect(EngineConfiguration().uploadTimerInterval == 60)
+        #expect(EngineConfiguration(uploadInterval: 0).uploadTimerInterval == 0)
+        #expect(EngineConfiguration(uploadInterval: -1).uploadTimerInterval == 60)
+        #expect(EngineConfiguration(uploadInterval: .infinity).uploadTimerInterval == 60)
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -83,18 +84,27 @@ struct DispatcherRuleTests {
     }
 
     @Test(
-        "D4: maxQueueSize 10000 by default; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
+        "D4: maximumRetainedEvents 10000 by default bounds an uploading log; below 100 uses the default; below batchSize is raised; the oldest give way, counted",
         .needsChildProcesses)
     func queueSizeRules() async throws {
-        #expect(DefaultEventDispatcher().maxQueueSize == 10_000)
-        #expect(DefaultEventDispatcher(maxQueueSize: 99).maxQueueSize == 10_000)
-        #expect(DefaultEventDispatcher(maxQueueSize: 100).maxQueueSize == 100)
-        #expect(DefaultEventDispatcher(batchSize: 500, maxQueueSize: 200).maxQueueSize == 500)
+        #expect(EngineConfiguration().maximumRetainedEvents == 10_000)
+        var uploading = EngineConfiguration.uploading(
+            to: URL(string: "https://c.invalid")!, in: URL(fileURLWithPath: "/"))
+        #expect(uploading.maximumRetainedEvents == 10_000 && uploading.retainedEvents == 10_000)
+        uploading.maximumRetainedEvents = 99
+        #expect(uploading.retainedEvents == 10_000, "below 100: the default")
+        uploading.maximumRetainedEvents = 100
+        #expect(uploading.retainedEvents == 100)
+        (uploading.batchSize, uploading.maximumRetainedEvents) = (500, 200)
+        #expect(uploading.retainedEvents == 500, "raised to batchSize")
+        var listening = EngineConfiguration()
+        listening.maximumRetainedEvents = 50
+        #expect(listening.retainedEvents == 50, "without uploads, as set")
 
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maxQueueSize: 100)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, maximumRetainedEvents: 100)
         try await engine.start()
         var ids: [String] = []
         for index in 0..<300 {
@@ -128,7 +138,7 @@ struct DispatcherRuleTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         for (store, name) in [(DataStoreType.file, "Queue"), (Self.userDefaults(), "Defaults"), (.memory, "Memory")] {
-            let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name, timerInterval: 60)
+            let dispatcher = DefaultEventDispatcher(backingStore: store, dataStoreName: name)
             let location = dispatcher.databaseLocation(in: directory.url)
             let engine = EventEngine(
                 configuration: .uploading(to: collector.url, dispatcher: dispatcher, in: directory.url))
@@ -213,7 +223,7 @@ struct DispatcherRuleTests {
             configuration: EngineConfiguration(collectorURL: url, dispatcher: dispatcher, retryPolicy: fastRetry))
         try await engine.start()
         try engine.record("custom")
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(try await engine.uploadStatistics().pending == 2, "a 5xx is never success")
         dispatcher.status.withLock { $0 = 200 }
         try await engine.flush()
@@ -224,10 +234,12 @@ struct DispatcherRuleTests {
         let events = json?["events"] as? [[String: Any]]
         #expect(events?.map { $0["name"] as? String } == ["session_start", "custom"])
         #expect(json?["sentAt"] is String)
-        // The documented body: id, type, name, timestamp, session, parameters
-        // and the identity it was recorded for.
+        #expect((json?["spool"] as? [String: Any])?["lost"] is [String: Int], "W4: the loss it reports")
+        // The documented body: id, type, name, timestamp, age, session,
+        // parameters and the identity it was recorded for.
         let custom = try #require(events?.last)
-        #expect(Set(custom.keys) == ["id", "type", "name", "timestamp", "session", "parameters", "anonymousId"])
+        #expect(
+            Set(custom.keys) == ["id", "type", "name", "timestamp", "age", "session", "parameters", "anonymousId"])
         #expect((custom["id"] as? String).flatMap(UUID.init(uuidString:)) != nil)
         #expect((custom["timestamp"] as? String)?.hasSuffix("Z") == true)
         #expect(custom["session"] as? String == engine.currentSessionID)
@@ -276,7 +288,7 @@ struct DispatcherRuleTests {
         let first = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2)
         try await first.start()
         let ids = try recordEvents(first, 20, prefix: "offline_", parameters: { _ in [:] })
-        await #expect(throws: UploadError.self) { try await first.flush() }
+        await expectUploadDeferred { try await first.flush() }
         await first.close()
 
         try await collector.restart()  // online again, same port

@@ -202,6 +202,8 @@ struct EncryptionTests {
         let bodies = collector.requests().map { String(decoding: $0.rawBody, as: UTF8.self) }.joined()
         let plaintext = bodies.contains(#""i":4"#) && bodies.contains("lost-user")
         #expect(plaintext, "in plaintext")
+        let lost = collector.requests().filter(\.taken).compactMap { $0.loss?["dead_lettered"] }.reduce(0, +)
+        #expect(lost == 7, "the collector was told of the 7 set aside (W4)")
         await back.close()
     }
 

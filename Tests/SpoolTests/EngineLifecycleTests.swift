@@ -29,12 +29,7 @@ struct EngineLifecycleTests {
         await #expect(throws: SpoolError.closed) { try await uploading.uploadStatistics() }
 
         let local = try await startedEngine()
-        await #expect {
-            try await local.uploadStatistics()
-        } throws: { error in
-            if case SpoolError.invalidConfiguration = error { return true }
-            return false
-        }
+        await #expect(throws: SpoolError.notUploading) { try await local.uploadStatistics() }
         await local.close()
     }
 

@@ -42,7 +42,7 @@ struct EventEncoderKeyTests {
                     var key = Array(repeating: Unicode.Scalar("k"), count: length)
                     key[offset] = scalar
                     let text = String(String.UnicodeScalarView(key))
-                    #expect(throws: EventValidationError.invalidKey(path: "." + text.debugDescription)) {
+                    #expect(throws: SpoolError.invalidEvent(.invalidKey(path: "." + text.debugDescription))) {
                         try EventEncoder.encode([text: 1])
                     }
                 }

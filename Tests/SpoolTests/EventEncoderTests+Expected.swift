@@ -9,11 +9,11 @@ import Foundation
 struct ExpectedEncoding {
     private var length = 0
 
-    static func error(name: String, parameters: [String: EventValue]) -> EventValidationError? {
+    static func error(name: String, parameters: [String: EventValue]) -> SpoolError.EventProblem? {
         let nameBytes = name.utf8.count
         if nameBytes == 0 { return .emptyName }
-        if nameBytes > EventLimits.maximumNameBytes {
-            return .nameTooLong(bytes: nameBytes, limit: EventLimits.maximumNameBytes)
+        if nameBytes > EventValue.maximumNameBytes {
+            return .nameTooLong(bytes: nameBytes, limit: EventValue.maximumNameBytes)
         }
         if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { return .invalidName(name) }
         var model = ExpectedEncoding()
@@ -21,12 +21,12 @@ struct ExpectedEncoding {
         return model.tooLarge
     }
 
-    private var tooLarge: EventValidationError? {
-        length > EventLimits.maximumEncodedBytes
-            ? .tooLarge(bytes: length, limit: EventLimits.maximumEncodedBytes) : nil
+    private var tooLarge: SpoolError.EventProblem? {
+        length > EventValue.maximumEncodedBytes
+            ? .tooLarge(bytes: length, limit: EventValue.maximumEncodedBytes) : nil
     }
 
-    private mutating func value(_ value: EventValue, depth: Int, path: String) -> EventValidationError? {
+    private mutating func value(_ value: EventValue, depth: Int, path: String) -> SpoolError.EventProblem? {
         switch value {
         case .string(let string): length += Self.quotedLength(string)
         case .int(let int): length += String(int).utf8.count
@@ -50,9 +50,9 @@ struct ExpectedEncoding {
         return tooLarge
     }
 
-    private mutating func array(_ values: [EventValue], depth: Int, path: String) -> EventValidationError? {
-        guard depth <= EventLimits.maximumDepth else {
-            return .nestingTooDeep(path: path, limit: EventLimits.maximumDepth)
+    private mutating func array(_ values: [EventValue], depth: Int, path: String) -> SpoolError.EventProblem? {
+        guard depth <= EventValue.maximumDepth else {
+            return .nestingTooDeep(path: path, limit: EventValue.maximumDepth)
         }
         length += 1
         for (index, element) in values.enumerated() {
@@ -63,15 +63,15 @@ struct ExpectedEncoding {
         return nil
     }
 
-    private mutating func object(_ object: [String: EventValue], depth: Int, path: String) -> EventValidationError? {
-        guard depth <= EventLimits.maximumDepth else {
-            return .nestingTooDeep(path: path, limit: EventLimits.maximumDepth)
+    private mutating func object(_ object: [String: EventValue], depth: Int, path: String) -> SpoolError.EventProblem? {
+        guard depth <= EventValue.maximumDepth else {
+            return .nestingTooDeep(path: path, limit: EventValue.maximumDepth)
         }
         length += 1
         for (index, (key, element)) in object.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { length += 1 }
             let keyBytes = key.utf8.count
-            guard keyBytes > 0, keyBytes <= EventLimits.maximumKeyBytes,
+            guard keyBytes > 0, keyBytes <= EventValue.maximumKeyBytes,
                 !key.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
             else { return .invalidKey(path: path + "." + key.debugDescription) }
             length += Self.quotedLength(key) + 1
@@ -95,7 +95,7 @@ struct ExpectedEncoding {
     }
 }
 
-extension EventValidationError {
+extension SpoolError.EventProblem {
     /// The case's name, to count which kinds of error came up.
     var kind: String {
         switch self {

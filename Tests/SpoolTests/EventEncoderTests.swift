@@ -33,7 +33,7 @@ struct EventEncoderTests {
         // An invalid key sorted last is reported, after the others were
         // written.
         object["\u{7F}"] = 1
-        #expect(throws: EventValidationError.invalidKey(path: ".\"\\u{7F}\"")) { try EventEncoder.encode(object) }
+        #expect(throws: SpoolError.invalidEvent(.invalidKey(path: ".\"\\u{7F}\""))) { try EventEncoder.encode(object) }
     }
 
     @Test func datesAreISO8601WithMillisecondsInUTC() throws {
@@ -60,9 +60,9 @@ struct EventEncoderTests {
 
     @Test func badInputGetsATypedErrorNamingTheProblem() throws {
         func expectInvalid(
-            _ expected: EventValidationError, _ name: String = "ok", _ parameters: [String: EventValue] = [:]
+            _ expected: SpoolError.EventProblem, _ name: String = "ok", _ parameters: [String: EventValue] = [:]
         ) {
-            #expect(throws: expected) {
+            #expect(throws: SpoolError.invalidEvent(expected)) {
                 try EventEncoder.validate(name: name)
                 _ = try EventEncoder.encode(parameters)
             }
@@ -79,13 +79,13 @@ struct EventEncoderTests {
         expectInvalid(.invalidKey(path: #"."""#), "ok", ["": 1])
         expectInvalid(.invalidKey(path: ".outer" + #"."tab\tkey""#), "ok", ["outer": ["tab\tkey": 1]])
         var deep: EventValue = 1
-        for _ in 0..<EventLimits.maximumDepth { deep = [deep] }
-        #expect(throws: EventValidationError.self) { _ = try EventEncoder.encode(["deep": deep]) }
+        for _ in 0..<EventValue.maximumDepth { deep = [deep] }
+        #expect(throws: SpoolError.self) { _ = try EventEncoder.encode(["deep": deep]) }
         var ok: EventValue = 1
-        for _ in 0..<(EventLimits.maximumDepth - 2) { ok = [ok] }
+        for _ in 0..<(EventValue.maximumDepth - 2) { ok = [ok] }
         #expect(throws: Never.self) { _ = try EventEncoder.encode(["ok": ok]) }
-        let huge = String(repeating: "x", count: EventLimits.maximumEncodedBytes)
-        #expect(throws: EventValidationError.self) { _ = try EventEncoder.encode(["huge": .string(huge)]) }
+        let huge = String(repeating: "x", count: EventValue.maximumEncodedBytes)
+        #expect(throws: SpoolError.self) { _ = try EventEncoder.encode(["huge": .string(huge)]) }
     }
 
     @Test func oneBadEventNeverCostsTheGoodOnesAroundIt() async throws {
@@ -152,7 +152,7 @@ struct EventEncoderTests {
             events.append(("good_neighbour", ["v": 1]))
         }
         for key in Self.edgeKeys {
-            events.append(("edge_key", [key: 1, "m": ["inner": [key: .date(EventLimits.latestDate)]]]))
+            events.append(("edge_key", [key: 1, "m": ["inner": [key: .date(EventValue.latestDate)]]]))
             events.append(("good_neighbour", ["v": 2]))
         }
         for name in Self.edgeNames {
@@ -161,7 +161,7 @@ struct EventEncoderTests {
         }
         // Exactly at the size limit and one byte past it; then a size that
         // counts one of every kind of valid value.
-        let fill = EventLimits.maximumEncodedBytes - #"{"s":""}"#.utf8.count
+        let fill = EventValue.maximumEncodedBytes - #"{"s":""}"#.utf8.count
         events.append(("size_at_limit", ["s": .string(String(repeating: "x", count: fill))]))
         events.append(("size_past_limit", ["s": .string(String(repeating: "x", count: fill + 1))]))
         events.append(("size_of_everything", ["a": .array(Self.validValues), "b": .string(Self.overLimitString)]))
@@ -217,18 +217,18 @@ struct EventEncoderTests {
     // MARK: - Edges
 
     static let hugeString = String(repeating: "é中😀\"\\\n\u{1}x", count: 16_384)  // 229 376 UTF-8 bytes
-    static let overLimitString = String(repeating: "x", count: EventLimits.maximumEncodedBytes)
+    static let overLimitString = String(repeating: "x", count: EventValue.maximumEncodedBytes)
 
     /// Nested containers, alternating arrays and objects, `count` deep.
     static func chain(_ count: Int) -> EventValue {
-        var value: EventValue = .date(EventLimits.earliestDate)
+        var value: EventValue = .date(EventValue.earliestDate)
         for level in 0..<count { value = level % 2 == 0 ? [value] : ["k": value] }
         return value
     }
 
     static let edgeDates: [Double] =
         [
-            EventLimits.earliestDate.timeIntervalSince1970, EventLimits.latestDate.timeIntervalSince1970,
+            EventValue.earliestDate.timeIntervalSince1970, EventValue.latestDate.timeIntervalSince1970,
             253_402_300_799.9995, (253_402_300_799.9995).nextDown, 253_402_300_800,
             -62_167_219_200.0005, (-62_167_219_200.0005).nextUp, -62_167_219_200.001,
             Date.distantPast.timeIntervalSince1970, Date.distantFuture.timeIntervalSince1970,
@@ -245,7 +245,7 @@ struct EventEncoderTests {
             .string(""), .string(hugeString), .string(overLimitString), .string(nonASCII), .string(controlCharacters),
             .array([]), .object([:]), .null, .bool(true), .bool(false),
             // The parameters object is level 1, so a chain under a key starts at 2.
-            chain(EventLimits.maximumDepth - 1), chain(EventLimits.maximumDepth),
+            chain(EventValue.maximumDepth - 1), chain(EventValue.maximumDepth),
             .array([.string(hugeString), .string(hugeString), .string(hugeString), .string(hugeString)]),
         ]
 
@@ -254,7 +254,7 @@ struct EventEncoderTests {
 
     /// One of each kind of valid value, at its edges.
     static let validValues: [EventValue] = [
-        .date(EventLimits.earliestDate), .date(EventLimits.latestDate), .date(Date(timeIntervalSince1970: -0.0)),
+        .date(EventValue.earliestDate), .date(EventValue.latestDate), .date(Date(timeIntervalSince1970: -0.0)),
         .int(.min), .int(.max), .double(.greatestFiniteMagnitude), .double(-0.0), .double(.leastNonzeroMagnitude),
         .string(""), .string(nonASCII), .string(controlCharacters), .bool(true), .bool(false), .null,
         .array([]), .object([:]), chain(3),

@@ -168,13 +168,12 @@ struct EventLogTests {
     @Test("in a burst the WAL stays near its restart size, and its file is truncated once the writer is idle")
     func theWALIsTruncatedAfterABurst() async throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(path: directory.databaseURL.path)
         // The shrink runs when the test moves time, after the burst: on a
         // loaded machine a pause in the appending loop would otherwise let
         // it truncate the WAL halfway, and the rest of the burst (under the
         // 4 MiB that asks for a shrink) would stay in the file.
         let clock = ManualClock()
-        database.clock = clock
+        let database = try DatabaseQueue(path: directory.databaseURL.path, options: ConnectionOptions(clock: clock))
         let log = EventLog(database: database)
         log.shrinkDelay = 1
         let json = "{\"padding\":\"" + String(repeating: "x", count: 2_400) + "\"}"
@@ -207,9 +206,8 @@ struct EventLogTests {
     @Test("a shrink that comes while the writer is busy waits for it to be idle, then truncates the WAL")
     func aShrinkWaitsForTheWriter() async throws {
         let directory = TemporaryDirectory()
-        let database = try DatabaseQueue(path: directory.databaseURL.path)
         let clock = ManualClock()
-        database.clock = clock
+        let database = try DatabaseQueue(path: directory.databaseURL.path, options: ConnectionOptions(clock: clock))
         let log = EventLog(database: database)
         log.shrinkDelay = 1
         let json = "{\"padding\":\"" + String(repeating: "x", count: 2_400) + "\"}"

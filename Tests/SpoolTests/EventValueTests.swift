@@ -39,7 +39,7 @@ struct EventValueTests {
                 _ = try JSONEncoder().encode(EventValue.date(Date(timeIntervalSince1970: seconds)))
             }
         }
-        let data = try JSONEncoder().encode(EventValue.date(EventLimits.latestDate))
+        let data = try JSONEncoder().encode(EventValue.date(EventValue.latestDate))
         #expect(String(decoding: data, as: UTF8.self) == #""9999-12-31T23:59:59.999Z""#)
         // `delivered` has no error to give: it clamps to the nearer end.
         #expect(EventValue.date(Date(timeIntervalSince1970: 1e17)).delivered == "9999-12-31T23:59:59.999Z")

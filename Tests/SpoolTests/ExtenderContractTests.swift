@@ -39,8 +39,8 @@ struct ExtenderContractTests {
             configuration: EngineConfiguration(
                 collectorURL: URL(string: "https://collector.invalid/v1/ids")!,
                 // No timer pass before the test's flush, however long a loaded run takes.
-                dispatcher: DefaultEventDispatcher(
-                    backingStore: .memory, timerInterval: 3_600, format: IDLines(), transport: transport)))
+                uploadInterval: 3_600,
+                dispatcher: DefaultEventDispatcher(backingStore: .memory, format: IDLines(), transport: transport)))
         try await engine.start()
         try engine.record("purchase")
         try await engine.flush()

@@ -17,8 +17,8 @@ struct FreeSpaceTests {
         defer { mount.unmount() }
         let url = mount.url.appendingPathComponent("spool.sqlite")
         var configuration = EngineConfiguration(
-            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"),
-            dispatcher: DefaultEventDispatcher(batchSize: 5_000, timerInterval: 3_600))
+            database: .file(url), collectorURL: URL(string: "http://127.0.0.1:9/unused"), batchSize: 5_000,
+            uploadInterval: 3_600, dispatcher: DefaultEventDispatcher())
         configuration.minimumFreeDiskSpace = 6_000_000
         configuration.freeSpaceCheckInterval = 0
         let engine = EventEngine(configuration: configuration)
@@ -71,7 +71,13 @@ struct FreeSpaceTests {
         // bound holds: a few pages, where the 3,000 events would take about
         // 200 of 16 KiB if the file still grew.
         #expect(after.pages <= settled.pages + 8, "the file stopped growing: \(settled.pages) → \(after.pages) pages")
-        #expect(try await engine.uploadStatistics().dropped == droppedBefore + 4_000 + frozen.events - after.events)
+        let dropped = try await engine.uploadStatistics().dropped
+        #expect(dropped == droppedBefore + 4_000 + frozen.events - after.events)
+        // W4: what the frozen bounds dropped waits for the collector as the
+        // free-space guard's loss, not the queue bound's.
+        let lost = try await engine.query { try $0.countedLoss() }
+        #expect(lost[.freeSpace] == dropped - droppedBefore)
+        #expect(lost[.queueCount] + lost[.queueBytes] == droppedBefore)
         #expect(counted(.lowDiskSpace) == 1 && counted(.diskSpaceRecovered) == 0)
 
         // Space comes back: the configured bound again.
@@ -94,10 +100,9 @@ extension FreeSpaceTests {
         let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 32)
         defer { mount.unmount() }
         let path = mount.url.appendingPathComponent("spool.sqlite").path
-        let database = try DatabaseQueue(path: path)
         // The shrink's timer and the writer's retries run when the test says.
         let clock = ManualClock()
-        database.clock = clock
+        let database = try DatabaseQueue(path: path, options: ConnectionOptions(clock: clock))
         // Room for the whole group while its commits fail.
         let log = EventLog(database: database, limits: EventLog.Limits(events: 1_000, bytes: 16 << 20))
         log.shrinkDelay = 1

@@ -20,7 +20,7 @@ struct IdempotencyTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 9)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         try await flushUntilDone(engine)
         // Every send of the batch (a loaded machine may time out more than
         // the first) carries its key and counts the sends before it; only
@@ -59,8 +59,8 @@ struct IdempotencyTests {
         // The next launch reads the same two events (session_start and the
         // one recorded) as its first batch.
         var configuration = EngineConfiguration(
-            database: .file(directory.databaseURL), collectorURL: collector.url,
-            dispatcher: DefaultEventDispatcher(batchSize: 2, timerInterval: 3_600, requestTimeout: defaultRequestTimeout))
+            database: .file(directory.databaseURL), collectorURL: collector.url, batchSize: 2, uploadInterval: 3_600,
+            dispatcher: DefaultEventDispatcher(requestTimeout: defaultRequestTimeout))
         configuration.retryPolicy = fastRetry
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
@@ -72,5 +72,47 @@ struct IdempotencyTests {
         #expect(requests.filter { $0.header("Idempotency-Key") == key }.allSatisfy { $0.duplicate == true })
         #expect(collector.acceptedIDs().count == 3, "each event taken once")
         await engine.close()
+    }
+
+    @Test(
+        "W3: events recorded after a refused request do not join its retry: the same events under the same key, in this process and after a relaunch"
+    )
+    func retryKeepsItsEvents() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 500, "times": 1])
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
+        try await engine.start()
+        _ = try recordEvents(engine, 3)
+        await expectUploadDeferred { try await engine.flush() }
+        let refused = try #require(collector.requests().first)
+        _ = try recordEvents(engine, 4, prefix: "after")
+        try await flushUntilDone(engine)
+        let requests = collector.requests()
+        try #require(requests.count == 3, "the refused request, its retry, the new events")
+        #expect(requests[1].header("Idempotency-Key") == refused.header("Idempotency-Key"))
+        #expect(requests[1].ids == refused.ids && requests[1].header("X-Retry-Count") == "1")
+        let next = requests[2]
+        #expect(next.ids.count == 4)
+        #expect(next.header("Idempotency-Key") != refused.header("Idempotency-Key"))
+
+        // Refused, then the process ends; the next launch records before
+        // it uploads (its session_start at least): the retry is the same.
+        try await collector.control(["mode": "status", "status": 500, "times": 1])
+        _ = try recordEvents(engine, 2, prefix: "second")
+        await expectUploadDeferred { try await engine.flush() }
+        let refusedAgain = try #require(collector.requests().last)
+        await engine.close()
+        let relaunched = uploadingEngine(directory, collector: collector, batchSize: 100, timerInterval: 3_600)
+        try await relaunched.start()
+        _ = try recordEvents(relaunched, 5, prefix: "relaunched")
+        try await flushUntilDone(relaunched)
+        let after = collector.requests().dropFirst(4)
+        #expect(after.first?.header("Idempotency-Key") == refusedAgain.header("Idempotency-Key"))
+        #expect(after.first?.ids == refusedAgain.ids)
+        #expect(refusedAgain.ids.count == 2)
+        let taken = Set(collector.acceptedIDs()).count
+        #expect(taken == 4 + 4 + 2 + 6, "every event taken once")
+        await relaunched.close()
     }
 }

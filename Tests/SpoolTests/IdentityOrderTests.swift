@@ -155,7 +155,8 @@ struct IdentityOrderTests {
             try engine.identify(userId: "user-\(round)")
             // The change is in the file once identity() returns.
             #expect(try await engine.identity().userId == "user-\(round)")
-            _ = FileManager.default.createFile(atPath: control.appendingPathComponent("round-\(round)").path, contents: nil)
+            _ = FileManager.default.createFile(
+                atPath: control.appendingPathComponent("round-\(round)").path, contents: nil)
             try #require(
                 try await waitUntil(timeout: 60, interval: 0.001) { child.lines().contains("ROUND \(round)") },
                 "\(child.lines().suffix(3))")
@@ -204,7 +205,8 @@ struct IdentityOrderTests {
         let child = try ProcessBoundaryTests.Child(
             [directory.databaseURL.path, "p1", "--erasure-recorder", control.path], in: directory, name: "recorder")
         func recorded() -> Int { child.lines().filter { $0.hasPrefix("RECORDED ") }.count }
-        try #require(try await waitUntil(timeout: 60, interval: 0.002) { recorded() >= 1 }, "\(child.lines().suffix(3))")
+        try #require(
+            try await waitUntil(timeout: 60, interval: 0.002) { recorded() >= 1 }, "\(child.lines().suffix(3))")
         for round in 1...3 {
             let seen = recorded()
             try #require(try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen }, "round \(round)")
@@ -214,7 +216,7 @@ struct IdentityOrderTests {
                 do {
                     try await engine.eraseAllData()
                     return true
-                } catch let error as SQLiteError where error.resultCode == .busy {
+                } catch SpoolError.sqlite(let failure) where failure.resultCode == .busy {
                     return false
                 }
             }
@@ -223,7 +225,8 @@ struct IdentityOrderTests {
             _ = try await engine.identity()
         }
         let seen = recorded()
-        try #require(try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen + 1 }, "after the last erasure")
+        try #require(
+            try await waitUntil(timeout: 60, interval: 0.001) { recorded() > seen + 1 }, "after the last erasure")
         _ = FileManager.default.createFile(atPath: control.appendingPathComponent("stop").path, contents: nil)
         let output = await child.finish(timeout: 60)
         #expect(output.last == "DONE", "\(output.suffix(3))")
@@ -249,7 +252,9 @@ struct IdentityOrderTests {
             ) { statement in
                 var rows: [String] = []
                 while try statement.step() {
-                    rows.append("\(statement.string(at: 0)) \(statement.int64(at: 1)) \(statement.optionalString(at: 2) ?? "-")")
+                    rows.append(
+                        "\(statement.string(at: 0)) \(statement.int64(at: 1)) \(statement.optionalString(at: 2) ?? "-")"
+                    )
                 }
                 return rows
             }

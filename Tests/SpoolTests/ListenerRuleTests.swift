@@ -52,7 +52,8 @@ struct ListenerRuleTests {
         try await waitUntil(interval: 0.002) { !engine.state.withLock { $0.gates.waiting.isEmpty } }
         for index in 1..<130 { #expect(try engine.record("w\(index)") == .queuedUntilSessionStart) }
         #expect(try await firstDurable.value == .droppedWhileWaitingForSession)
-        #expect(engine.eventsDroppedWhileWaitingForSession == 30)
+        #expect(engine.diagnosticCounts.events[.droppedWhileWaitingForSession] == 30)
+        #expect(engine.diagnosticCounts.occurrences[.droppedWhileWaitingForSession] == 30)
         try await engine.start()
         try await engine.settle()
         #expect(listener.customNames == (30..<130).map { "w\($0)" })

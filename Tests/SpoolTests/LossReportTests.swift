@@ -60,6 +60,8 @@ struct LossReportTests {
             listener == "\(committed - kept) \(committed - kept)", "its position moved with them; the missing dropped")
         let (accepted, newID) = try await DamagedFiles.recordAndUpload(engine, collector: collector)
         #expect(accepted.count == kept + 2 && accepted.last == newID, "what was kept, a session_start, the new event")
+        // W4: the collector hears of the missing events, once.
+        #expect(WireLossTests.reported(collector)["wal_lost"] == committed - kept)
         await engine.close()
         // No position is handed out twice: the new events came after the
         // mark's head.
@@ -110,6 +112,8 @@ struct LossReportTests {
         #expect(report.isComplete)
         let (accepted, newID) = try await DamagedFiles.recordAndUpload(salvaging, collector: collector)
         #expect(accepted.filter(ids.contains) == Array(ids.prefix(30)) && accepted.last == newID)
+        // W4: the collector hears of the events the salvage lost, once.
+        #expect(WireLossTests.reported(collector)["salvaged"] == 12)
         await salvaging.close()
     }
 }

@@ -46,13 +46,13 @@ struct NumericConversionTests {
 
     @Test("dates: the exact edges of four-digit years, and the half millisecond past each")
     func theDateRangeEdges() throws {
-        func encoded(_ seconds: Double) throws(EventValidationError) -> String {
+        func encoded(_ seconds: Double) throws(SpoolError) -> String {
             try EventEncoder.encode(["d": .date(Date(timeIntervalSince1970: seconds))])
         }
-        #expect(EventLimits.earliestDate.timeIntervalSince1970 == -62_167_219_200)
-        #expect(EventLimits.latestDate.timeIntervalSince1970 == 253_402_300_799.999)
-        #expect(try EventEncoder.encode(["d": .date(EventLimits.earliestDate)]) == #"{"d":"\#(Self.earliest)"}"#)
-        #expect(try EventEncoder.encode(["d": .date(EventLimits.latestDate)]) == #"{"d":"\#(Self.latest)"}"#)
+        #expect(EventValue.earliestDate.timeIntervalSince1970 == -62_167_219_200)
+        #expect(EventValue.latestDate.timeIntervalSince1970 == 253_402_300_799.999)
+        #expect(try EventEncoder.encode(["d": .date(EventValue.earliestDate)]) == #"{"d":"\#(Self.earliest)"}"#)
+        #expect(try EventEncoder.encode(["d": .date(EventValue.latestDate)]) == #"{"d":"\#(Self.latest)"}"#)
 
         // 9999-12-31T23:59:59.9995Z: the nearest double (…799.99951171875)
         // times 1000 is exactly …799999.5, which rounds away from 1970 into
@@ -60,18 +60,18 @@ struct NumericConversionTests {
         let halfPast = 253_402_300_799.9995
         #expect(Date(timeIntervalSince1970: halfPast).timeIntervalSince1970 == halfPast)
         #expect(halfPast * 1000 == 253_402_300_799_999.5)
-        #expect(throws: EventValidationError.dateOutOfRange(path: ".d")) { try encoded(halfPast) }
+        #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".d"))) { try encoded(halfPast) }
         #expect(try encoded(halfPast.nextDown) == #"{"d":"\#(Self.latest)"}"#)
-        #expect(throws: EventValidationError.dateOutOfRange(path: ".d")) { try encoded(253_402_300_800) }
+        #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".d"))) { try encoded(253_402_300_800) }
 
         // The same at the start: half a millisecond before year 0000 rounds
         // into year -0001.
         let halfBefore = -62_167_219_200.0005
         #expect(Date(timeIntervalSince1970: halfBefore).timeIntervalSince1970 == halfBefore)
         #expect(halfBefore * 1000 == -62_167_219_200_000.5)
-        #expect(throws: EventValidationError.dateOutOfRange(path: ".d")) { try encoded(halfBefore) }
+        #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".d"))) { try encoded(halfBefore) }
         #expect(try encoded(halfBefore.nextUp) == #"{"d":"\#(Self.earliest)"}"#)
-        #expect(throws: EventValidationError.dateOutOfRange(path: ".d")) { try encoded(-62_167_219_200.001) }
+        #expect(throws: SpoolError.invalidEvent(.dateOutOfRange(path: ".d"))) { try encoded(-62_167_219_200.001) }
 
         // Inside the range, Foundation's own dates. distantPast is 0001-01-01
         // in the Julian calendar, two days earlier in ISO 8601's Gregorian one.
@@ -79,10 +79,10 @@ struct NumericConversionTests {
         #expect(try encoded(Date.distantFuture.timeIntervalSince1970) == #"{"d":"4001-01-01T00:00:00.000Z"}"#)
 
         // The message names the range, as the limits define it.
-        let message = EventValidationError.dateOutOfRange(path: ".d").description
+        let message = SpoolError.EventProblem.dateOutOfRange(path: ".d").description
         #expect(message.contains(".d") && message.contains(Self.earliest) && message.contains(Self.latest))
-        #expect(ISO8601Milliseconds.string(from: EventLimits.earliestDate) == Self.earliest)
-        #expect(ISO8601Milliseconds.string(from: EventLimits.latestDate) == Self.latest)
+        #expect(ISO8601Milliseconds.string(from: EventValue.earliestDate) == Self.earliest)
+        #expect(ISO8601Milliseconds.string(from: EventValue.latestDate) == Self.latest)
     }
 
     @Test("the reader: integers past Int read as doubles, numbers past Double are a failure")

@@ -106,7 +106,7 @@ struct PipelinedUploadTests {
             try await engine.resumeUploads()
         }
         let pausing = Task { try await engine.pauseUploads() }
-        #expect(try await waitUntil(asking: { await uploader.pauses == 1 }))
+        #expect(try await waitUntil(asking: { await uploader.schedule.pauses == 1 }))
         try await collector.control(["release": 200])
         try await pausing.value
         #expect(collector.requests().count == before + 1, "a batch went after pauseUploads()")
@@ -129,7 +129,7 @@ struct PipelinedUploadTests {
         // With the session's start: 3 batches.
         let (engine, uploader, ids) = try await Self.heldWithNextPrepared(directory, collector, events: 29)
         let closing = Task { await engine.close() }
-        #expect(try await waitUntil(asking: { await uploader.closed }))
+        #expect(try await waitUntil(asking: { await uploader.schedule.closed }))
         try await collector.control(["release": 200])
         _ = await closing.value
         #expect(collector.requests().count == 1, "the prepared batch went after stop()")
@@ -177,7 +177,7 @@ struct PipelinedUploadTests {
         let quiescing = Task {
             if call == "withdrawConsent" { try await engine.withdrawConsent() } else { try await engine.eraseAllData() }
         }
-        #expect(try await waitUntil(asking: { await uploader.pauses == 1 }))
+        #expect(try await waitUntil(asking: { await uploader.schedule.pauses == 1 }))
         try await collector.control(["release": 200])
         try await quiescing.value
         #expect(collector.requests().count == 1, "the prepared batch went after \(call)()")

@@ -23,7 +23,11 @@ struct PrivacyManifestTests {
         ),
         (
             "NSPrivacyAccessedAPICategorySystemBootTime",
-            [#"\bsystemUptime\b"#, #"\bmach_absolute_time\b"#, #"\buptimeNanoseconds\b"#]
+            [
+                #"\bsystemUptime\b"#, #"\bmach_(absolute|continuous)_time\b"#, #"\buptimeNanoseconds\b"#,
+                // The monotonic clocks that count from boot, read directly.
+                #"\bCLOCK_(MONOTONIC|BOOTTIME|UPTIME)\w*\b"#, #"\bclock_gettime_nsec_np\b"#,
+            ]
         ),
         (
             "NSPrivacyAccessedAPICategoryDiskSpace",

@@ -108,7 +108,7 @@ struct ProcessBoundaryTests {
         let drainer = EventEngine(
             configuration: EngineConfiguration(
                 database: .file(directory.databaseURL), maximumRetainedEvents: nil, collectorURL: collector.url,
-                dispatcher: DefaultEventDispatcher(batchSize: 100, requestTimeout: 5), retryPolicy: fastRetry))
+                batchSize: 100, dispatcher: DefaultEventDispatcher(requestTimeout: 5), retryPolicy: fastRetry))
         try await drainer.start()
         try await waitUntil(timeout: 5, interval: 0.1) {
             // A failed flush leaves the events queued: the next poll tries again.
@@ -230,12 +230,15 @@ struct ProcessBoundaryTests {
     }
 
     @Test(
-        "a really full file system (a 2 MB tmpfs): stillBuffered, bufferFull, then everything committed once, when space returns",
+        "a really full file system (a 4 MB tmpfs): stillBuffered, bufferFull, then everything committed once, when space returns",
         .enabled(if: SmallFileSystem.canMount, "mounting a tmpfs needs root and CAP_SYS_ADMIN; skipped without them")
     )
     func fullFileSystem() async throws {
         let directory = TemporaryDirectory()
-        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 2)
+        // 4 MB: a new file's schema takes about 0.5 MB (16 KiB pages) and
+        // its WAL after start() over 1 MB, so what the filler takes, and
+        // gives back, is room for the checkpoint to grow the file.
+        let mount = try SmallFileSystem(at: directory.file("fs"), megabytes: 4)
         defer { mount.unmount() }
         var configuration = EngineConfiguration(
             database: .file(mount.url.appendingPathComponent("spool.sqlite")),
@@ -315,7 +318,7 @@ struct SmallFileSystem {
     init(at url: URL, megabytes: Int) throws {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         let status = try runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", url.path]).status
-        guard status == 0 else { throw SpoolError.invalidConfiguration("mount refused (\(status))") }
+        guard status == 0 else { throw TestSetupError("mount refused (\(status))") }
         self.url = url
     }
 
@@ -323,7 +326,7 @@ struct SmallFileSystem {
     func fill() throws -> URL {
         let filler = url.appendingPathComponent("filler")
         let descriptor = open(filler.path, O_WRONLY | O_CREAT, 0o600)
-        guard descriptor >= 0 else { throw SpoolError.invalidConfiguration("cannot create \(filler.path)") }
+        guard descriptor >= 0 else { throw TestSetupError("cannot create \(filler.path)") }
         defer { close(descriptor) }
         let chunk = [UInt8](repeating: 0, count: 4_096)
         while write(descriptor, chunk, chunk.count) > 0 {}

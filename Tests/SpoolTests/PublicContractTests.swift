@@ -8,8 +8,8 @@ import Testing
 struct PublicContractTests {
     final class Forwarder: EventListener {
         let names = Mutexed<[String]>([])
-        func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-            names.mutate { $0.append(name) }
+        func onEventRecorded(_ event: RecordedEvent) {
+            names.mutate { $0.append(event.name) }
         }
     }
 
@@ -62,8 +62,8 @@ struct PublicContractTests {
         #expect(listener.names.current == ["session_start", "purchase", "purchase"])
         #expect(purchases.current == 1)
         #expect(ready.current == 1)
-        _ = DefaultEventDispatcher(
-            batchSize: 10, backingStore: .file, dataStoreName: "OPTEventQueue", timerInterval: 60, maxQueueSize: 10_000)
+        _ = DefaultEventDispatcher(backingStore: .file, dataStoreName: "OPTEventQueue")
+        _ = EngineConfiguration(maximumRetainedEvents: 10_000, batchSize: 10, uploadInterval: 60)
         let value: EventValue = ["list": [1, 2.5, "x", true, nil]]
         #expect(try JSONDecoder().decode(EventValue.self, from: JSONEncoder().encode(value)) == value)
         _ = EventForDispatch(url: URL(string: "https://example.invalid")!, body: Data())

@@ -84,7 +84,7 @@ struct QueueBoundsTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         collector.stop()
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, maxQueueSize: 100)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 50, maximumRetainedEvents: 100)
         try await engine.start()
         _ = try recordEvents(engine, 150)
         try await engine.settle()

@@ -193,8 +193,10 @@ struct SalvageReadingTests {
         }
         let transport = HeldTransport()
         let engine = DamagedFiles.engine(directory, collector: collector) { configuration in
+            configuration.batchSize = 100
+            configuration.uploadInterval = 600
             configuration.dispatcher = DefaultEventDispatcher(
-                batchSize: 100, timerInterval: 600, requestTimeout: 5, format: .kafkaREST, transport: transport)
+                requestTimeout: 5, format: .kafkaREST, transport: transport)
         }
         try await engine.start()
         let flushing = Task { try await engine.flush() }

@@ -56,7 +56,7 @@ struct SurveyExplanationTests {
         await engine.close()
     }
 
-    @Test("S14: bad input is a typed SurveyError and registers nothing")
+    @Test("S14: bad input is a typed SpoolError.invalidSurvey and registers nothing")
     func badInput() async throws {
         let engine = try await startedEngine()
         func refused(_ conditions: SurveyCondition, declaring: [String: Set<String>] = [:]) throws {
@@ -65,54 +65,62 @@ struct SurveyExplanationTests {
         let filtered = { (match: ValueMatch) in
             SurveyCondition.eventFrequency(EventFrequency("purchase", .atLeast, 1, where: .property("amount", match)))
         }
-        #expect(throws: SurveyError.undeclaredProperty(surveyID: "s", eventName: "purchase", property: "amount")) {
+        #expect(
+            throws: SpoolError.invalidSurvey(
+                .undeclaredProperty(surveyID: "s", eventName: "purchase", property: "amount"))
+        ) {
             try refused(filtered(.exists), declaring: ["purchase": ["plan"], "refund": ["amount"]])
         }
-        #expect(throws: SurveyError.sequenceWithoutWindow(surveyID: "s")) {
+        #expect(throws: SpoolError.invalidSurvey(.sequenceWithoutWindow(surveyID: "s"))) {
             try refused(.sequence(EventSequence("a", then: "b", within: .ever)))
         }
-        #expect(throws: SurveyError.sequenceWithoutWindow(surveyID: "s")) {
+        #expect(throws: SpoolError.invalidSurvey(.sequenceWithoutWindow(surveyID: "s"))) {
             try refused(
                 .sequence(EventSequence("a", then: "b", within: .minutes(1)).notFollowed(by: "c", within: .ever)))
         }
         for percent in [-1, 100.5, .nan, .infinity] {
-            #expect(throws: SurveyError.self) { try refused(.all([.sampled(percent: percent)])) }
+            expectInvalidSurvey { try refused(.all([.sampled(percent: percent)])) }
             do {
                 try refused(.sampled(percent: percent))
-            } catch SurveyError.samplingOutOfRange(let surveyID, _) {
+            } catch SpoolError.invalidSurvey(.samplingOutOfRange(let surveyID, _)) {
                 #expect(surveyID == "s")
             }
         }
-        #expect(throws: SurveyError.nanComparisonValue(surveyID: "s", name: "amount")) {
+        #expect(throws: SpoolError.invalidSurvey(.nanComparisonValue(surveyID: "s", name: "amount"))) {
             try refused(filtered(.greaterThan(.nan)), declaring: ["purchase": ["amount"]])
         }
-        #expect(throws: SurveyError.nanComparisonValue(surveyID: "s", name: "amount")) {
+        #expect(throws: SpoolError.invalidSurvey(.nanComparisonValue(surveyID: "s", name: "amount"))) {
             try refused(filtered(.equals(.double(.nan))), declaring: ["purchase": ["amount"]])
         }
-        #expect(throws: SurveyError.nanComparisonValue(surveyID: "s", name: "score")) {
+        #expect(throws: SpoolError.invalidSurvey(.nanComparisonValue(surveyID: "s", name: "score"))) {
             try refused(.not(.trait("score", .lessThan(.nan))))
         }
         #expect(
-            throws: SurveyError.invalidCondition(
-                surveyID: "s", reason: "amount is compared with a null, an array or an object")
+            throws: SpoolError.invalidSurvey(
+                .invalidCondition(
+                    surveyID: "s", reason: "amount is compared with a null, an array or an object"))
         ) {
             try refused(filtered(.equals(["a"])), declaring: ["purchase": ["amount"]])
         }
-        #expect(throws: SurveyError.self) { try refused(.sequence(EventSequence("a", then: "a", within: .minutes(1)))) }
-        #expect(throws: SurveyError.self) { try refused(.timeSinceLast(TimeSinceLast("a", .atLeast, -1))) }
-        #expect(throws: SurveyError.self) { try refused(.always, declaring: ["purchase": [""]]) }
+        expectInvalidSurvey { try refused(.sequence(EventSequence("a", then: "a", within: .minutes(1)))) }
+        expectInvalidSurvey { try refused(.timeSinceLast(TimeSinceLast("a", .atLeast, -1))) }
+        expectInvalidSurvey { try refused(.always, declaring: ["purchase": [""]]) }
         #expect(engine.surveys.registered.isEmpty, "a refused survey is not half-registered")
         // evaluate(_:) may filter on what a registered survey declares, nothing else.
-        await #expect(throws: SurveyError.undeclaredProperty(surveyID: "", eventName: "purchase", property: "amount")) {
+        await #expect(
+            throws: SpoolError.invalidSurvey(
+                .undeclaredProperty(surveyID: "", eventName: "purchase", property: "amount"))
+        ) {
             try await engine.surveys.evaluate(filtered(.exists))
         }
         try engine.surveys.register(Survey(id: "keeper", historyProperties: ["purchase": ["amount"]]))
         #expect(try await engine.surveys.evaluate(filtered(.exists)) == false)
-        await #expect(throws: SurveyError.unknownSurvey("ghost")) {
+        await #expect(throws: SpoolError.unknownSurvey("ghost")) {
             try await engine.surveys.explain(surveyID: "ghost")
         }
         #expect(
-            SurveyError.undeclaredProperty(surveyID: "s", eventName: "purchase", property: "amount").description
+            SpoolError.invalidSurvey(.undeclaredProperty(surveyID: "s", eventName: "purchase", property: "amount"))
+                .description
                 .contains(#"historyProperties["purchase"]"#))
         await engine.close()
     }

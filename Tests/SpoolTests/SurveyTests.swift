@@ -25,7 +25,7 @@ struct SurveyTests {
         let listener = CollectingListener()
         let engine = try await startedEngine(before: { $0.events.addObserver(listener) })
         let onShown = Protected(0)
-        engine.on(.surveyShown) { _ in onShown.withLock { $0 += 1 } }
+        engine.on(.survey(.shown)) { _ in onShown.withLock { $0 += 1 } }
         try engine.surveys.register(Survey(id: "nps"))
         try engine.surveys.markShown("nps")
         try engine.surveys.markQuestionAnswered("nps", questionID: "q1", answer: 9)
@@ -33,7 +33,7 @@ struct SurveyTests {
         try engine.surveys.markClosed("nps")
         try engine.surveys.markCompleted("nps")
         try await engine.settle()
-        let lifecycle = SurveyLifecycleEvent.allCases.map(\.eventName)
+        let lifecycle = SurveyLifecycleEvent.allCases.map(\.rawValue)
         let delivered = listener.names.filter(lifecycle.contains)
         #expect(
             delivered == [
@@ -143,8 +143,7 @@ struct SurveyTests {
     func historySurvivesRestartAndIsPruned() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
-        let dispatcher = DefaultEventDispatcher(timerInterval: 60)
-        var configuration = EngineConfiguration.uploading(to: collector.url, dispatcher: dispatcher, in: directory.url)
+        var configuration = EngineConfiguration.uploading(to: collector.url, in: directory.url)
         configuration.historyRetention = 30 * 86_400
         // An occurrence older than the retention, recorded 45 days ago (so
         // before everything below: history rows are pruned in recording order).
@@ -177,17 +176,17 @@ struct SurveyTests {
     @Test("bad input: unknown survey ids, negative counts or windows, empty trigger lists")
     func badInput() async throws {
         let engine = try await startedEngine()
-        #expect(throws: SurveyError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
+        #expect(throws: SpoolError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
         #expect(try await engine.storedNames() == ["session_start"], "nothing recorded for an unknown survey")
-        #expect(throws: SurveyError.emptySurveyID) { try engine.surveys.register(Survey(id: "")) }
-        #expect(throws: SurveyError.emptyTriggerList(surveyID: "s")) {
+        #expect(throws: SpoolError.invalidSurvey(.emptySurveyID)) { try engine.surveys.register(Survey(id: "")) }
+        #expect(throws: SpoolError.invalidSurvey(.emptyTriggerList(surveyID: "s"))) {
             try engine.surveys.register(Survey(id: "s", triggerEventNames: []))
         }
-        #expect(throws: SurveyError.invalidCondition(surveyID: "s", reason: "negative count -1")) {
+        #expect(throws: SpoolError.invalidSurvey(.invalidCondition(surveyID: "s", reason: "negative count -1"))) {
             try engine.surveys.register(
                 Survey(id: "s", conditions: .eventFrequency(EventFrequency("x", .atLeast, -1))))
         }
-        #expect(throws: SurveyError.self) {
+        expectInvalidSurvey {
             try engine.surveys.register(
                 Survey(
                     id: "s",

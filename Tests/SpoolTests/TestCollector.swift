@@ -47,6 +47,39 @@ final class TestCollector: @unchecked Sendable {
         /// It carried the Idempotency-Key of a batch the collector took
         /// before: answered 200, nothing taken.
         let duplicate: Bool?
+        /// The loss the request reports, by cause (W4), and where it was:
+        /// "body" or "header".
+        let loss: [String: Int]?
+        let carrier: String?
+        /// Each event's time as the collector corrects it (W5).
+        let clock: [Correction]?
+
+        /// One event's time, corrected to the collector's clock when the
+        /// request arrived (`t`), in seconds since 1970.
+        struct Correction: Decodable, Sendable {
+            let id: String?
+            let timestamp: Double?
+            /// Milliseconds, and "monotonic" or "wall".
+            let age: Int?
+            let ageClock: String?
+            let sentAt: Double?
+            /// `t` less the age.
+            let byAge: Double?
+            /// `t` less (sentAt less timestamp).
+            let bySentAt: Double?
+
+            enum CodingKeys: String, CodingKey {
+                case id, timestamp, age
+                case ageClock = "age_clock"
+                case sentAt = "sent_at"
+                case byAge = "by_age"
+                case bySentAt = "by_sent_at"
+            }
+        }
+
+        /// Whether the collector took it (a 2xx, not a duplicate): what it
+        /// reports counts.
+        var taken: Bool { (status ?? 0) / 100 == 2 && duplicate != true }
 
         /// The body as the collector parsed it (decoded when gzipped).
         var rawBody: Data { Data(base64Encoded: raw) ?? Data() }
@@ -99,7 +132,7 @@ final class TestCollector: @unchecked Sendable {
                 let port = Int(line.dropFirst(5))
             else {
                 if process.isRunning { process.terminate() }
-                throw SpoolError.invalidConfiguration("the test collector did not start: \(text)")
+                throw TestSetupError("the test collector did not start: \(text)")
             }
             self.port = port
             self.process = process
@@ -239,29 +272,33 @@ let fastRetry = RetryPolicy(initialDelay: 0.05, maximumDelay: 0.4, multiplier: 2
 /// events before the test has scripted the collector's answers.
 func uploadingEngine(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
+    maximumRetainedEvents: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout,
+    retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EventEngine {
     EventEngine(
         configuration: uploadingConfiguration(
             directory, collector: collector, batchSize: batchSize, timerInterval: timerInterval,
-            maxQueueSize: maxQueueSize, requestTimeout: requestTimeout, retry: retry, format: format, request: request,
+            maximumRetainedEvents: maximumRetainedEvents, requestTimeout: requestTimeout, retry: retry, format: format,
+            request: request,
             path: path, clock: clock))
 }
 
 /// The configuration ``uploadingEngine`` starts from, to change before use.
 func uploadingConfiguration(
     _ directory: TemporaryDirectory, collector: TestCollector, batchSize: Int = 10, timerInterval: TimeInterval = 3_600,
-    maxQueueSize: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout, retry: RetryPolicy = fastRetry,
+    maximumRetainedEvents: Int = 10_000, requestTimeout: TimeInterval = defaultRequestTimeout,
+    retry: RetryPolicy = fastRetry,
     format: some BatchFormat = SpoolBatchFormat(), request: UploadRequestOptions = UploadRequestOptions(),
     path: String = "/collect", clock: (any SpoolClock)? = nil
 ) -> EngineConfiguration {
-    let dispatcher = DefaultEventDispatcher(
-        batchSize: batchSize, timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: requestTimeout,
-        format: format, request: request)
+    let dispatcher = DefaultEventDispatcher(requestTimeout: requestTimeout, format: format, request: request)
     let url = URL(string: "http://127.0.0.1:\(collector.port)\(path)")!
     var configuration = EngineConfiguration.uploading(to: url, dispatcher: dispatcher, in: directory.url)
+    configuration.batchSize = batchSize
+    configuration.uploadInterval = timerInterval
+    configuration.maximumRetainedEvents = maximumRetainedEvents
     configuration.retryPolicy = retry
     if let clock { configuration.clock = clock }  // a ManualClock: the test moves time
     return configuration
@@ -328,7 +365,7 @@ func flushUntilDone(_ engine: EventEngine, attempts: Int = 40) async throws {
         do {
             try await engine.flush()
             done = true
-        } catch is UploadError {}
+        } catch SpoolError.uploadDeferred {}
         return done
     }
     if !done { try await engine.flush() }

@@ -286,10 +286,10 @@ final class CollectingListener: EventListener {
         self.onEvent = onEvent
     }
 
-    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
-        let event = Received(name: name, parameters: parameters, timestamp: timestamp)
-        received.withLock { $0.append(event) }
-        onEvent?(self, event)
+    func onEventRecorded(_ event: RecordedEvent) {
+        let received = Received(name: event.name, parameters: event.parameters, timestamp: event.timestamp)
+        self.received.withLock { $0.append(received) }
+        onEvent?(self, received)
     }
 
     var names: [String] { received.withLock { $0.map(\.name) } }
@@ -333,6 +333,12 @@ extension EventEngine {
         return try await log.database.run(body)
     }
 
+    /// The clocks a body the engine's uploader built now would carry.
+    func batchClock() throws -> BatchClock {
+        let log = try #require(state.withLock { $0.log })
+        return BatchClock(configuration.clock, launch: log.launch)
+    }
+
     func storedNames() async throws -> [String] {
         try await query { try $0.readEvents(after: 0, limit: .max, now: 0).map(\.name) }
     }
@@ -354,44 +360,45 @@ let isThreadSanitized: Bool = {
     return dlsym(program, "__tsan_init") != nil
 }()
 
-/// A clock the test moves: `now` changes only in ``advance(by:)``, and the
-/// timers it passes then run, in order, on their queues.
-final class ManualClock: SpoolClock {
-    private struct Timer {
-        let at: Double
-        let queue: DispatchQueue
-        let body: @Sendable () -> Void
+// MARK: - Expected errors
+
+/// Expects `body` to throw ``SpoolError/uploadDeferred(reason:)``, whatever
+/// the reason.
+func expectUploadDeferred<R>(
+    _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> R
+) async {
+    do {
+        _ = try await body()
+        Issue.record(
+            "expected SpoolError.uploadDeferred, nothing was thrown: \(comment ?? "")", sourceLocation: sourceLocation)
+    } catch SpoolError.uploadDeferred {
+    } catch {
+        Issue.record(
+            "expected SpoolError.uploadDeferred, got \(error): \(comment ?? "")", sourceLocation: sourceLocation)
     }
+}
 
-    private let state = Protected((now: 1_700_000_000.0, timers: [Timer](), ran: 0))
-
-    var now: Double { state.withLock { $0.now } }
-
-    /// How many timers have run so far.
-    var timersRun: Int { state.withLock { $0.ran } }
-
-    /// How many timers wait to fire exactly `seconds` from now.
-    func timersPending(dueIn seconds: Double) -> Int {
-        state.withLock { state in state.timers.count { $0.at == state.now + seconds } }
+/// Expects `body` to throw ``SpoolError/invalidSurvey(_:)``, whatever the
+/// problem.
+func expectInvalidSurvey<R>(sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> R) {
+    do {
+        _ = try body()
+        Issue.record("expected SpoolError.invalidSurvey, nothing was thrown", sourceLocation: sourceLocation)
+    } catch SpoolError.invalidSurvey {
+    } catch {
+        Issue.record("expected SpoolError.invalidSurvey, got \(error)", sourceLocation: sourceLocation)
     }
+}
 
-    func schedule(after delay: TimeInterval, on queue: DispatchQueue, _ body: @escaping @Sendable () -> Void) {
-        state.withLock { $0.timers.append(Timer(at: $0.now + max(0, delay), queue: queue, body: body)) }
-    }
+/// The SQLite result code `error` carries, if it is a ``SpoolError/sqlite(_:)``.
+func sqliteCode(_ error: (any Error)?) -> SpoolError.SQLiteFailure.ResultCode? {
+    guard case .sqlite(let failure)? = error as? SpoolError else { return nil }
+    return failure.resultCode
+}
 
-    /// Moves time on by `seconds` and starts every timer now due.
-    func advance(by seconds: Double) {
-        let due = state.withLock { state -> [Timer] in
-            state.now += seconds
-            let now = state.now
-            defer { state.timers.removeAll { $0.at <= now } }
-            return state.timers.filter { $0.at <= now }.sorted { $0.at < $1.at }
-        }
-        for timer in due {
-            timer.queue.async { [state] in
-                timer.body()
-                state.withLock { $0.ran += 1 }
-            }
-        }
-    }
+/// A test's own failure to set up (a collector that did not start, a mount
+/// refused), distinct from anything Spool throws.
+struct TestSetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

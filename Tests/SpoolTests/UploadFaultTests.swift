@@ -134,7 +134,9 @@ struct UploadFaultTests {
         await engine.close()
     }
 
-    @Test("C2: other 4xx: the events are kept and held back, never dead-lettered, and go out once the collector takes them")
+    @Test(
+        "C2: other 4xx: the events are kept and held back, never dead-lettered, and go out once the collector takes them"
+    )
     func otherClientErrorsHoldBack() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -142,7 +144,7 @@ struct UploadFaultTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
         try await engine.start()
         let ids = try recordEvents(engine, 4)  // with session_start: 5, under the batch size
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(try await engine.query { try $0.deadLetterCount() } == 0)
         #expect(try await engine.uploadStatistics().heldBack?.hasPrefix("HTTP 403") == true)
         let more = try recordEvents(engine, 3, prefix: "later")
@@ -190,7 +192,7 @@ struct UploadFaultTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 0.2, clock: clock)
         try await engine.start()
         let ids = try recordEvents(engine, 30)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 31 && statistics.lastFailure != nil)
         // Automatic retries keep failing while the collector is down, each
@@ -243,7 +245,7 @@ struct UploadFaultTests {
         // collector fails before any event can go out by size.
         try await collector.control(["mode": "status", "status": 503])
         _ = try recordEvents(engine, 5)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let path = directory.defaultDataStoreURL.path
         func leaseOwner() throws -> String? {
             let connection = try Connection(path: path, options: ConnectionOptions())

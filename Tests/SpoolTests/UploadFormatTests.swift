@@ -100,7 +100,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(directory, collector: collector, format: try segment())
         try await engine.start()
         _ = try recordEvents(engine, 2, parameters: Self.parameters)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(collector.requests().map(\.status) == [401])
         #expect(try await deadLetters(engine).isEmpty)
         let statistics = try await engine.uploadStatistics()
@@ -216,7 +216,7 @@ struct UploadFormatTests {
                 ids[1]: ["code": permanent], ids[3]: ["code": retriable, "times": 1],
             ]
         ])
-        await #expect(throws: UploadError.self, "the retriable record keeps the flush from finishing") {
+        await expectUploadDeferred("the retriable record keeps the flush from finishing") {
             try await engine.flush()
         }
         var statistics = try await engine.uploadStatistics()
@@ -249,7 +249,7 @@ struct UploadFormatTests {
         let engine = uploadingEngine(directory, collector: collector, batchSize: 100, format: .kafkaREST)
         try await engine.start()
         let ids = try recordEvents(engine, 3, parameters: Self.parameters)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 4 && statistics.deadLettered == 0)
         #expect(statistics.lastFailure?.contains("error_code 40401") == true, "\(statistics.lastFailure ?? "")")
@@ -272,7 +272,7 @@ struct UploadFormatTests {
             request: UploadRequestOptions(compression: .gzip))
         try await engine.start()
         _ = try recordEvents(engine, 1, parameters: Self.parameters)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let requests = collector.requests()
         #expect(requests.allSatisfy { $0.content_encoding == "gzip" }, ".gzip means always")
         #expect(requests.first?.status == 400, "Confluent reads the gzip bytes as JSON")

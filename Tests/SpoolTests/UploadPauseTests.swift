@@ -23,7 +23,7 @@ struct UploadPauseTests {
         engine.on(.everyEvent) { heard.append($0) }
         let ids = try recordEvents(engine, 25)  // 2 full batches: the automatic triggers find the pause
         try await engine.settle()
-        await #expect(throws: UploadError.retryable(Uploader.pausedReason)) { try await engine.flush() }
+        await #expect(throws: SpoolError.uploadDeferred(reason: Uploader.pausedReason)) { try await engine.flush() }
         #expect(try await waitUntil(timeout: 10) { heard.events.withLock { $0.count } == 25 }, "listeners go on")
         var statistics = try await engine.uploadStatistics()
         #expect(statistics.paused && statistics.pending == 26)
@@ -36,7 +36,7 @@ struct UploadPauseTests {
         try await again.start()
         try await other.start()
         #expect(try await again.uploadStatistics().paused)
-        await #expect(throws: UploadError.self) { try await other.flush() }
+        await expectUploadDeferred { try await other.flush() }
         #expect(collector.requests().isEmpty)
 
         // One resumes; the other uploads what waits.
@@ -64,7 +64,7 @@ struct UploadPauseTests {
         try await engine.start()
         let ids = try recordEvents(engine, 25)
         try await engine.settle()
-        await #expect(throws: UploadError.retryable(Uploader.meteredReason)) { try await engine.flush() }
+        await #expect(throws: SpoolError.uploadDeferred(reason: Uploader.meteredReason)) { try await engine.flush() }
         #expect(try await engine.uploadStatistics().waitingForNetwork)
         #expect(collector.requests().isEmpty)
 
@@ -82,7 +82,7 @@ struct UploadPauseTests {
         #expect(Set(collector.acceptedIDs()).isSuperset(of: more))
         engine.setUploadPolicy(.unmeteredOnly)
         _ = try recordEvents(engine, 1, prefix: "held")
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         #expect(!(try await engine.uploadStatistics().paused), "a policy is not a pause")
         await engine.close()
     }

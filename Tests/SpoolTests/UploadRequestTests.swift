@@ -72,7 +72,7 @@ struct UploadRequestTests {
             directory, collector: collector, batchSize: 100, retry: RetryPolicy(initialDelay: 30), request: options)
         try await engine.start()
         let ids = try recordEvents(engine, 3)
-        await #expect(throws: UploadError.self) { try await engine.flush() }
+        await expectUploadDeferred { try await engine.flush() }
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 4)
         #expect(statistics.lastFailure?.contains("header provider") == true, "\(statistics.lastFailure ?? "")")
@@ -101,15 +101,15 @@ struct UploadRequestTests {
 
     @Test("the collector examples (Spool.docc/Collectors.md) build the dispatchers they describe")
     func collectorArticleExamples() throws {
-        let segment = DefaultEventDispatcher(batchSize: 100, format: try .segment(writeKey: "YOUR_WRITE_KEY"))
-        #expect(segment.format is SegmentBatchFormat && segment.batchSize == 100)
+        let segment = DefaultEventDispatcher(format: try .segment(writeKey: "YOUR_WRITE_KEY"))
+        #expect(segment.format is SegmentBatchFormat)
         #expect(segment.format.headers["Authorization"]?.hasPrefix("Basic ") == true)
         let rudder = DefaultEventDispatcher(
             format: try .segment(writeKey: "RUDDER_SOURCE_WRITE_KEY"),
             request: UploadRequestOptions(compression: .identity))
         #expect(rudder.requestOptions.compression == .identity)
         let kafka = DefaultEventDispatcher(
-            batchSize: 200, format: .kafkaREST,
+            format: .kafkaREST,
             request: UploadRequestOptions(headers: [
                 "Authorization": "Basic " + Data("user:password".utf8).base64EncodedString()
             ]))
@@ -163,7 +163,7 @@ struct UploadRequestTests {
         if fallsBack {
             try await engine.flush()
         } else {
-            await #expect(throws: UploadError.self) { try await engine.flush() }
+            await expectUploadDeferred { try await engine.flush() }
         }
         let requests = collector.requests()
         if fallsBack {
@@ -250,12 +250,13 @@ struct UploadRequestTests {
         // No timer pass: under a loaded run a test can outlast the default
         // 60 s, and a pass of its own would take the scripted answers.
         let dispatcher = DefaultEventDispatcher(
-            batchSize: batchSize, backingStore: .memory, timerInterval: 3_600, requestTimeout: 5, format: format,
+            backingStore: .memory, requestTimeout: 5, format: format,
             request: UploadRequestOptions(headers: ["X-Tenant": "t1"], allowsExpensiveNetworkAccess: false),
             transport: transport)
         return EventEngine(
             configuration: EngineConfiguration(
-                collectorURL: URL(string: "https://collector.invalid/v1/batch")!, dispatcher: dispatcher,
+                collectorURL: URL(string: "https://collector.invalid/v1/batch")!, batchSize: batchSize,
+                uploadInterval: 3_600, dispatcher: dispatcher,
                 // Slow automatic retries: the tests flush themselves and look in between.
                 retryPolicy: RetryPolicy(initialDelay: 30)))
     }
@@ -286,10 +287,10 @@ struct UploadRequestTests {
         }
         let clock = ManualClock()
         let transport = SplittingTransport(path: directory.databaseURL.path, clock: clock)
-        let dispatcher = DefaultEventDispatcher(batchSize: 100, requestTimeout: 5, transport: transport)
+        let dispatcher = DefaultEventDispatcher(requestTimeout: 5, transport: transport)
         var configuration = EngineConfiguration(
             database: .file(directory.databaseURL), collectorURL: URL(string: "https://collector.invalid/v1")!,
-            dispatcher: dispatcher)
+            batchSize: 100, dispatcher: dispatcher)
         configuration.clock = clock
         let engine = EventEngine(configuration: configuration)
         try await engine.start()
@@ -353,7 +354,7 @@ struct UploadRequestTests {
             let engine = engine(transport: transport, format: OverlyOptimisticFormat())
             try await engine.start()
             _ = try recordEvents(engine, 2)
-            await #expect(throws: UploadError.self, "HTTP \(status)") { try await engine.flush() }
+            await expectUploadDeferred("HTTP \(status)") { try await engine.flush() }
             #expect(try await engine.uploadStatistics().pending == 3)
             try await engine.flush()
             #expect(transport.received.withLock { $0.count } == 2)

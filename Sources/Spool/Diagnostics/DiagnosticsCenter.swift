@@ -1,4 +1,4 @@
-import Dispatch
+import Foundation
 import SpoolStorage
 
 /// Where every component reports what it could not return to a caller.
@@ -9,14 +9,17 @@ import SpoolStorage
 final class DiagnosticsCenter: Sendable {
     private let handler: (@Sendable (SpoolDiagnostic) -> Void)?
     private let queue: DispatchQueue
+    /// What each diagnostic's ``SpoolDiagnostic/date`` is read from.
+    private let clock: any SpoolClock
     private let counts = Protected(DiagnosticCounts())
     private let streams = SubscriptionRegistry<AllDiagnostics, SpoolDiagnostic>()
 
     private struct AllDiagnostics: Hashable, Sendable {}
 
-    init(handler: (@Sendable (SpoolDiagnostic) -> Void)?, queue: DispatchQueue) {
+    init(handler: (@Sendable (SpoolDiagnostic) -> Void)?, queue: DispatchQueue, clock: any SpoolClock) {
         self.handler = handler
         self.queue = queue
+        self.clock = clock
     }
 
     func report(_ diagnostic: SpoolDiagnostic) {
@@ -30,7 +33,10 @@ final class DiagnosticsCenter: Sendable {
         _ kind: SpoolDiagnostic.Kind, eventCount: Int = 0, error: (any Error)? = nil,
         _ message: @autoclosure () -> String
     ) {
-        report(kind, eventCount: eventCount) { SpoolDiagnostic(kind, eventCount: eventCount, error: error, message()) }
+        report(kind, eventCount: eventCount) {
+            SpoolDiagnostic(
+                kind, eventCount: eventCount, error: error, message(), date: Date(timeIntervalSince1970: clock.now))
+        }
     }
 
     private func report(_ kind: SpoolDiagnostic.Kind, eventCount: Int, _ diagnostic: () -> SpoolDiagnostic) {

@@ -123,6 +123,11 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// An identity that would not open counts too (its events then
         /// carry its anonymous id alone).
         case undecryptableRows
+        /// An event waiting in memory for a session gave way to a newer one
+        /// (what waits is bounded like the log; the oldest go first): it was
+        /// never stored. ``DiagnosticCounts/events`` counts them since the
+        /// engine was created.
+        case droppedWhileWaitingForSession
     }
 
     /// What happened.
@@ -136,12 +141,12 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
     /// When it was reported.
     public let date: Date
 
-    init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String) {
+    init(_ kind: Kind, eventCount: Int = 0, error: (any Error)? = nil, _ message: String, date: Date) {
         self.kind = kind
         self.eventCount = eventCount
         self.error = error
         self.message = message
-        date = Date()
+        self.date = date
     }
 
     /// `[kind] message: error`, for logs.

@@ -54,16 +54,15 @@ public struct EngineConfiguration: Sendable {
     /// ``EventEngine/setConsent(_:)`` with false, before or after `start()`.
     public var consent: Bool
     /// The most events the log keeps for consumers that have not finished them
-    /// (durable listeners, the uploader). Past it the oldest give way and are
-    /// counted as dropped per consumer. `nil` keeps everything; values below 1
-    /// count as 1. Default 10,000.
-    ///
-    /// **Not used while ``collectorURL`` is set:** the bound is then the
-    /// dispatcher's `maxQueueSize` (a dispatcher adopting ``BatchingPolicy``,
-    /// such as ``DefaultEventDispatcher``), or 10,000 for any other dispatcher
-    /// or none; an uploading engine has no unbounded queue. Set the bound on
-    /// the dispatcher then. Events recorded before a session starts wait in
-    /// memory under the bound in force.
+    /// (durable listeners, the uploader). Past it the **oldest** give way
+    /// (fresh events matter most to analytics and survey rules): the caller
+    /// is never blocked, and every dropped event is counted per consumer
+    /// (``UploadStatistics/dropped`` and the `dropped` column of
+    /// `consumer_lag`). `nil` keeps everything; values below 1 count as 1,
+    /// and when the engine uploads (``collectorURL`` set), a value below 100
+    /// counts as 10,000 and one below ``batchSize`` as ``batchSize``.
+    /// Default 10,000. Events recorded before a session starts wait in memory
+    /// under the same bound (10,000 when it is `nil`).
     public var maximumRetainedEvents: Int?
     /// The most bytes the log's queued events may take (their names and
     /// parameters, UTF-8). Past it the oldest give way, as with
@@ -78,20 +77,23 @@ public struct EngineConfiguration: Sendable {
     /// events refuse them themselves. Applies when uploading too.
     public var maximumEventAge: TimeInterval?
     /// Where batches are uploaded. `nil`: nothing is uploaded (the log still
-    /// feeds listeners and durable listeners). Setting it makes the
-    /// dispatcher's `maxQueueSize` the retention bound (see
-    /// ``maximumRetainedEvents``); the database stays at ``database``.
+    /// feeds listeners and durable listeners); the database stays at
+    /// ``database``.
     public var collectorURL: URL?
+    /// The most events in one upload request, and the pending count that
+    /// starts an upload. Default 10; 1 sends each event alone; 0 or less
+    /// uses the default. A format's own per-request limit also applies.
+    public var batchSize: Int
+    /// Seconds between timed uploads of whatever is pending. Default 60; 0
+    /// uploads as soon as events are committed; negative uses the default.
+    public var uploadInterval: TimeInterval
     /// What sends the batches. `nil` uses a ``DefaultEventDispatcher``
-    /// with its defaults. A dispatcher that adopts ``BatchingPolicy`` (as
-    /// `DefaultEventDispatcher` does) sets the uploader's `batchSize` and
-    /// `timerInterval`, and its `maxQueueSize` replaces
-    /// `maximumRetainedEvents`; any other gets the default batching. A
+    /// with its defaults. A
     /// `DefaultEventDispatcher`'s `backingStore` and `dataStoreName` do not
     /// move the database: ``database`` says where it is (set by
     /// ``uploading(to:dispatcher:in:)`` from them). When they ask for another
     /// location than `database` and than their default, `start()` throws
-    /// ``SpoolError/invalidConfiguration(_:)`` naming both.
+    /// ``SpoolError/conflictingDatabaseLocation(configured:requested:)`` naming both.
     public var dispatcher: (any EventDispatcher)?
     /// How long the uploader waits before retrying a failed upload.
     public var retryPolicy: RetryPolicy
@@ -179,9 +181,10 @@ public struct EngineConfiguration: Sendable {
     /// as an `AsyncSequence`.
     public var diagnosticHandler: (@Sendable (SpoolDiagnostic) -> Void)?
 
-    /// Where the engine reads the time and waits: the system's clock, or one
-    /// a test advances itself.
-    package var clock: any SpoolClock = SystemClock()
+    /// Where the engine reads the time and waits: the system's clocks (the
+    /// wall clock, and the monotonic one events' ages are measured on), or
+    /// one a test advances itself.
+    package var clock: any SpoolClock = SystemClock(monotonic: SystemPlatform.monotonicSeconds)
 
     /// Called with the result of every upload request (which events, what
     /// the collector answered, what Spool did), on Spool's delivery queue;
@@ -212,7 +215,7 @@ public struct EngineConfiguration: Sendable {
 
     /// The options every connection to the database opens with.
     func connectionOptions(sealer: RowSealer?) -> ConnectionOptions {
-        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer)
+        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer, clock: clock)
     }
 
     /// What tells the uploader whether a network path exists; nil: the
@@ -233,6 +236,15 @@ public struct EngineConfiguration: Sendable {
     /// with `defaultPriorityEventNames.union([...])`.
     public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
+    // The upload defaults, named once for the initializer's signature (hence
+    // @usableFromInline) and for the engine; the properties document them.
+    /// Events per request unless you set another size: 10.
+    @usableFromInline static let defaultBatchSize = 10
+    /// Seconds between timed uploads unless you set another: 60.
+    @usableFromInline static let defaultUploadInterval: TimeInterval = 60
+    /// The retention bound unless you set another: 10,000.
+    @usableFromInline static let defaultRetainedEvents = 10_000
+
     /// Creates a configuration; every parameter has a default, so name only
     /// what you change. See each property for its meaning.
     ///
@@ -247,8 +259,10 @@ public struct EngineConfiguration: Sendable {
         excludedEventNames: Set<String> = [],
         enabled: Bool = true,
         consent: Bool = true,
-        maximumRetainedEvents: Int? = 10_000,
+        maximumRetainedEvents: Int? = EngineConfiguration.defaultRetainedEvents,
         collectorURL: URL? = nil,
+        batchSize: Int = EngineConfiguration.defaultBatchSize,
+        uploadInterval: TimeInterval = EngineConfiguration.defaultUploadInterval,
         dispatcher: (any EventDispatcher)? = nil,
         retryPolicy: RetryPolicy = RetryPolicy(),
         historyRetention: TimeInterval? = 90 * 86_400,
@@ -261,6 +275,8 @@ public struct EngineConfiguration: Sendable {
         self.historyRetention = historyRetention
         self.maximumHistoryRows = maximumHistoryRows
         self.collectorURL = collectorURL
+        self.batchSize = batchSize
+        self.uploadInterval = uploadInterval
         self.dispatcher = dispatcher
         self.retryPolicy = retryPolicy
         self.database = database
@@ -280,28 +296,30 @@ extension EngineConfiguration {
     /// inside `directory`.
     ///
     /// With the default dispatcher the database is
-    /// `<directory>/OPTEventQueue.sqlite`, and the log keeps at most the
-    /// dispatcher's `maxQueueSize` events. The directory must exist.
+    /// `<directory>/OPTEventQueue.sqlite`. The directory must exist. Every
+    /// other setting has its default: change the copy before creating the
+    /// engine.
     ///
     /// ```swift
-    /// let engine = EventEngine(configuration: .uploading(
+    /// var configuration = EngineConfiguration.uploading(
     ///     to: URL(string: "https://collector.example.com/v1/batch")!,
-    ///     dispatcher: DefaultEventDispatcher(batchSize: 50, timerInterval: 30),
-    ///     in: applicationSupportDirectory))
+    ///     in: applicationSupportDirectory)
+    /// configuration.batchSize = 50
+    /// configuration.uploadInterval = 30
+    /// let engine = EventEngine(configuration: configuration)
     /// ```
     public static func uploading(
         to collectorURL: URL, dispatcher: DefaultEventDispatcher = DefaultEventDispatcher(), in directory: URL
     ) -> EngineConfiguration {
         EngineConfiguration(
-            database: dispatcher.databaseLocation(in: directory), maximumRetainedEvents: dispatcher.maxQueueSize,
-            collectorURL: collectorURL, dispatcher: dispatcher)
+            database: dispatcher.databaseLocation(in: directory), collectorURL: collectorURL, dispatcher: dispatcher)
     }
 
     /// Why a `DefaultEventDispatcher`'s `backingStore` and `dataStoreName`
     /// disagree with ``database``, if they do: they ask for a location other
     /// than their default, and it is not `database` (a configuration from
     /// ``uploading(to:dispatcher:in:)`` always agrees).
-    var locationConflict: String? {
+    var locationConflict: SpoolError? {
         guard let dispatcher = dispatcher as? DefaultEventDispatcher else { return nil }
         let directory: URL
         switch database {
@@ -313,14 +331,25 @@ extension EngineConfiguration {
             directory.appendingPathComponent(DefaultEventDispatcher.defaultDataStoreName + ".sqlite"))
         guard asked != database, asked != byDefault else { return nil }
         let asking = asked == .inMemory ? "memory" : "a file named \(dispatcher.dataStoreName).sqlite"
-        return "the dispatcher's backingStore and dataStoreName ask for \(asking), but database is \(database.path): "
-            + "set the location in one place (database, or EngineConfiguration.uploading(to:dispatcher:in:))"
+        return .conflictingDatabaseLocation(configured: database.path, requested: asking)
     }
 
-    /// The retention bound in force: a `DefaultEventDispatcher`'s queue size
-    /// when uploading through one.
-    var effectiveRetention: Int? {
-        guard collectorURL != nil else { return maximumRetainedEvents }
-        return (dispatcher as? any BatchingPolicy)?.maxQueueSize ?? DefaultEventDispatcher.defaultMaxQueueSize
+    /// The uploader's batch size: ``batchSize``, or its default when it is 0
+    /// or less.
+    var uploadBatchSize: Int { batchSize > 0 ? batchSize : Self.defaultBatchSize }
+
+    /// The bound the log keeps: ``maximumRetainedEvents`` (at least 1);
+    /// when uploading, a value below 100 is the default and one below
+    /// ``uploadBatchSize`` is raised to it, so a batch always fits the queue.
+    var retainedEvents: Int? {
+        guard let bound = maximumRetainedEvents else { return nil }
+        guard collectorURL != nil else { return max(1, bound) }
+        return bound < 100 ? Self.defaultRetainedEvents : max(bound, uploadBatchSize)
+    }
+
+    /// The uploader's timer: ``uploadInterval``, or its default when it is
+    /// negative or not finite.
+    var uploadTimerInterval: TimeInterval {
+        uploadInterval >= 0 && uploadInterval.isFinite ? uploadInterval : Self.defaultUploadInterval
     }
 }

@@ -23,13 +23,13 @@ extension EventEngine {
     /// To rotate: make ``EncryptionKeyProvider/currentKey()`` return the
     /// new key, call this, and drop the old key once it returns.
     ///
-    /// - Throws: ``SpoolError/invalidConfiguration(_:)`` without
+    /// - Throws: ``SpoolError/notEncrypted`` without
     ///   ``EngineConfiguration/encryption``; ``SpoolError/notStarted``;
     ///   ``SpoolError/encryptionKeyUnavailable(_:)`` when the provider
     ///   gives no current key (nothing was changed).
     public func reencryptAll() async throws -> ReencryptionReport {
         guard let sealer else {
-            throw SpoolError.invalidConfiguration("reencryptAll() needs EngineConfiguration.encryption")
+            throw SpoolError.notEncrypted
         }
         guard let log = state.withLock({ $0.isStarted ? $0.log : nil }) else { throw SpoolError.notStarted }
         let keyID = try SpoolError.bridging { try sealer.refreshCurrentKey() }

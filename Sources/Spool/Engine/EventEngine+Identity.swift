@@ -44,12 +44,7 @@ extension EventEngine {
         // message alike: a scrubber covers what is kept of the user too.
         var message = Message(EventType.identify.rawValue, traits, type: .identify)
         let dropped = passMiddleware(&message)
-        let traitsJSON: String
-        do {
-            traitsJSON = dropped == nil ? try EventEncoder.encode(message.parameters) : "{}"
-        } catch {
-            throw SpoolError.invalidEvent(error)
-        }
+        let traitsJSON = dropped == nil ? try EventEncoder.encode(message.parameters) : "{}"
         identities.change(userID: userId, traitsJSON: traitsJSON, at: configuration.clock.now)
         persistIdentity()
         if let dropped { return dropped.outcome }
@@ -142,8 +137,7 @@ extension EventEngine {
     /// - Throws: ``SpoolError/invalidEvent(_:)`` when a value cannot be
     ///   encoded (then nothing changed).
     public func setContext(_ context: EventContext?) throws {
-        let json: String?
-        do { json = try context?.encoded() } catch { throw SpoolError.invalidEvent(error) }
+        let json = try context?.encoded()
         identities.setContext(json, at: configuration.clock.now)
     }
 

@@ -67,7 +67,7 @@ extension EventEngine {
         mark?.lock()
         defer { mark?.unlock() }
         DamagedCopies(databasePath: path).deleteDamaged(
-            before: Date().addingTimeInterval(-max(0, configuration.damagedCopyRetention)))
+            before: Date(timeIntervalSince1970: configuration.clock.now - max(0, configuration.damagedCopyRetention)))
         let found = mark?.read()
         let salvages = configuration.salvagesDamagedDatabase
         do {
@@ -95,7 +95,7 @@ extension EventEngine {
             // of it than the tables and columns it knows: it is copied the
             // same way and set aside as `.newer-`.
             let kind: DamagedCopies.Kind = StorageError.meansNewerSchema(damage) ? .newer : .damaged
-            let date = Date()
+            let date = Date(timeIntervalSince1970: configuration.clock.now)
             let outcome: SalvageOutcome
             do {
                 outcome = try Salvager.salvage(path: path, options: options, mark: found, date: date, kind: kind)

@@ -39,7 +39,7 @@ extension EventEngine {
     /// - Throws: ``SpoolError/erasureIncomplete(paths:)`` when a copy set
     ///   aside could not be deleted (the database itself was erased: the
     ///   paths named are what is left); ``SpoolError/notStarted`` before
-    ///   `start()`; a ``SQLiteError``
+    ///   `start()`; ``SpoolError/sqlite(_:)``
     ///   when the database could not be written (nothing was deleted then),
     ///   or with `.busy` when another process held a read transaction so
     ///   long that the WAL could not be truncated (the rows are deleted; call
@@ -126,7 +126,7 @@ extension EventEngine {
     /// again until it is saved or the engine closes, then lets uploads go on
     /// unless a later withdrawal started another discard.
     private func discardUploads(generation: Int, through position: @Sendable () async throws -> Int64) async {
-        var delay: UInt64 = 100_000_000
+        var delay: TimeInterval = 0.1
         while true {
             do {
                 let through = try await position()
@@ -137,8 +137,8 @@ extension EventEngine {
                 diagnosticsCenter.report(
                     .uploadFailed, error: SpoolError.bridge(error),
                     "the upload queue could not be discarded after consent was withdrawn; uploads wait")
-                try? await Task.sleep(nanoseconds: delay)  // try?: only cancellation, which never comes here
-                delay = min(delay * 2, 30_000_000_000)
+                await configuration.clock.sleep(seconds: delay)
+                delay = min(delay * 2, 30)
             }
         }
         let latest = state.withLock { state -> Bool in

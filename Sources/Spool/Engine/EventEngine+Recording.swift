@@ -48,7 +48,7 @@ extension EventEngine {
     ///   ``SpoolError/bufferFull(events:bytes:)``, ``SpoolError/closed``
     ///   (also when the engine closed before a waiting event could be
     ///   stored), ``SpoolError/erased`` (it waited for a session when
-    ///   ``eraseAllData()`` ran), or a ``SQLiteError`` when the database
+    ///   ``eraseAllData()`` ran), or ``SpoolError/sqlite(_:)`` when the database
     ///   refused that one row.
     @discardableResult
     public func recordDurably(_ name: String, parameters: [String: EventValue] = [:]) async throws -> RecordOutcome {
@@ -79,17 +79,10 @@ extension EventEngine {
         do {
             try await log.waitUntilDurable(receipt)
         } catch StorageError.notYetCommitted(let error) {
-            throw SpoolError.stillBuffered(eventID: receipt.id, reason: error)
+            throw SpoolError.stillBuffered(eventID: receipt.id, reason: SpoolError.SQLiteFailure(error))
         } catch {
             throw SpoolError.bridge(error)
         }
-    }
-
-    /// Events that gave way while waiting for a session (the waiting queue is
-    /// bounded like the log; the oldest go first), since the engine was
-    /// created. They were never stored.
-    public var eventsDroppedWhileWaitingForSession: Int {
-        state.withLock { $0.gates.waitingDropped }
     }
 
     struct Accepted {
@@ -146,13 +139,8 @@ extension EventEngine {
         // 1. The middleware, then validation and encoding, outside any lock.
         if !passedMiddleware, let dropped = passMiddleware(&message) { return dropped }
         let name = message.name
-        let json: String
-        do {
-            try EventEncoder.validate(name: name)
-            json = try EventEncoder.encode(message.parameters)
-        } catch {
-            throw SpoolError.invalidEvent(error)
-        }
+        try EventEncoder.validate(name: name)
+        let json = try EventEncoder.encode(message.parameters)
         let priority =
             priorityNameLengths & 1 << (name.utf8.count & 63) != 0 && configuration.priorityEventNames.contains(name)
         let stamps = identities.current
@@ -181,7 +169,12 @@ extension EventEngine {
                 do { try state.withLock { $0.log }?.waitForRoom(bytes: bytes) } catch { throw SpoolError.bridge(error) }
                 continue
             }
-            accepted.displaced?.settle?(.dropped(.droppedWhileWaitingForSession))
+            if let displaced = accepted.displaced {
+                diagnosticsCenter.report(
+                    .droppedWhileWaitingForSession, eventCount: 1,
+                    "an event waiting for a session gave way to a newer one; it was never stored")
+                displaced.settle?(.dropped(.droppedWhileWaitingForSession))
+            }
             return accepted
         }
     }

@@ -15,15 +15,14 @@ extension EventEngine {
     /// listener reaches it. Set up by ``start()``, for a file with salvage on.
     func salvagesWhileRunning(_ log: EventLog, mark: CommitMark?) {
         guard case .file = configuration.database, configuration.salvagesDamagedDatabase else { return }
-        let lastAttempt = Protected<Date?>(nil)
+        let (lastAttempt, clock) = (Protected<Double?>(nil), configuration.clock)
         log.database.onDamage.withLock { handler in
             // Weak: the database queue must not keep the engine or the log alive.
             handler = { [weak self, weak log] error in
                 let due = lastAttempt.withLock { last in
-                    guard last.map({ Date().timeIntervalSince($0) >= Self.runningSalvageInterval }) ?? true else {
-                        return false
-                    }
-                    last = Date()
+                    let now = clock.now
+                    guard last.map({ now - $0 >= Self.runningSalvageInterval }) ?? true else { return false }
+                    last = now
                     return true
                 }
                 guard due, let log else { return }
@@ -58,7 +57,7 @@ extension EventEngine {
     /// listeners attached here start again from their positions in it.
     private func salvageInPlace(_ log: EventLog, mark: CommitMark?, reason: String) {
         let database = log.database
-        let (path, date) = (database.path, Date())
+        let (path, date) = (database.path, Date(timeIntervalSince1970: configuration.clock.now))
         let options = configuration.connectionOptions(sealer: sealer)
         // The open lock: no other process opens (or salvages) the file meanwhile.
         mark?.mark.lock()

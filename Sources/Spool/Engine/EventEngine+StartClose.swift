@@ -34,24 +34,25 @@ extension EventEngine {
     /// ``SpoolDiagnostic/Kind/committedEventsMissing`` diagnostic, and their
     /// positions are not handed out again.
     ///
-    /// - Throws: ``SpoolError`` or ``SQLiteError`` when the database cannot be
+    /// - Throws: ``SpoolError`` when the database cannot be
     ///   opened (``SpoolError/cannotOpen(path:reason:)``; with
     ///   ``EngineConfiguration/salvagesDamagedDatabase`` off, or when a
     ///   salvage cannot finish,
     ///   ``SpoolError/schemaTooNew(path:version:latestKnown:)``,
     ///   ``SpoolError/notADatabase(path:)``,
     ///   ``SpoolError/damaged(path:reason:)``,
-    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or a
-    ///   ``SQLiteError`` with `.corrupt`…); the engine can then be started
+    ///   ``SpoolError/schemaUnexplained(path:version:reason:)`` or
+    ///   ``SpoolError/sqlite(_:)`` with `.corrupt`…); the engine can then be started
     ///   again, and the events recorded meanwhile are kept.
     ///   ``SpoolError/unsupportedSQLite(version:reason:)`` when the
     ///   SQLite library the app links is too old or lacks the JSON functions
-    ///   (no file was touched). ``SpoolError/invalidConfiguration(_:)`` when called twice,
-    ///   or when the dispatcher's `backingStore` and `dataStoreName` ask for
+    ///   (no file was touched). ``SpoolError/alreadyStarted`` when called
+    ///   twice; ``SpoolError/conflictingDatabaseLocation(configured:requested:)``
+    ///   when the dispatcher's `backingStore` and `dataStoreName` ask for
     ///   another location than ``EngineConfiguration/database`` (no file was
     ///   touched); ``SpoolError/closed`` after ``close()``.
     public func start() async throws {
-        if let conflict = configuration.locationConflict { throw SpoolError.invalidConfiguration(conflict) }
+        if let conflict = configuration.locationConflict { throw conflict }
         let finished = Promise<Void>()
         // The platform's reports are observed from the start, so that none
         // made while the file opens (a launch in the background) is lost;
@@ -67,7 +68,7 @@ extension EventEngine {
                 throw SpoolError.closed
             case .starting, .started:
                 observation.cancel()
-                throw SpoolError.invalidConfiguration("start() was already called")
+                throw SpoolError.alreadyStarted
             }
         }
         defer {
@@ -87,12 +88,11 @@ extension EventEngine {
         reportOpening(opened)
         let mark = opened.mark
         let database = opened.database
-        database.clock = configuration.clock
         applyFilePolicy(database.path)
         let log = EventLog(database: database, limits: configuration.writeBuffer.limits, identities: identities)
         log.setQueueBounds(
             QueueBounds(
-                count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+                count: configuration.retainedEvents, bytes: configuration.maximumQueueBytes,
                 age: configuration.maximumEventAge))
         let limits = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
@@ -103,13 +103,16 @@ extension EventEngine {
         do {
             let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
             let consent = state.withLock { $0.consent }
-            headAtOpen = try await database.run { [identities] connection in
+            let launch: Int64
+            (headAtOpen, launch) = try await database.run { [identities] connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
                 // The file's identity, or a new anonymous id for a new file;
                 // a change made before start() only with consent.
                 try identities.persist(on: connection, changes: consent)
-                return try connection.headPosition()
+                return (try connection.headPosition(), try connection.beginLaunch())
             }
+            // The clock the events committed from now on measure their age on.
+            log.setLaunch(configuration.clock.monotonic.map { EventLog.Launch(id: launch, origin: $0) })
             await configuration.startStep?(.identityRead)
             let uploader = try await startUploader(log)
             await configuration.startStep?(.uploaderStarted)

@@ -13,7 +13,7 @@ extension EventEngine {
     /// a background window the OS grants, and the database is suspended again
     /// after it.
     ///
-    /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when the collector could not
     ///   take it all (the rest stays queued and is retried with backoff);
     ///   ``SpoolError/notStarted`` before `start()`; ``SpoolError/suspended``
     ///   in the background when the OS grants no time, or while the device is
@@ -38,13 +38,13 @@ extension EventEngine {
     /// they include what other processes sharing the file did; the request
     /// counters are this process's.
     ///
-    /// - Throws: ``SpoolError/invalidConfiguration(_:)`` when no
+    /// - Throws: ``SpoolError/notUploading`` when no
     ///   `collectorURL` is configured; ``SpoolError/notStarted`` before
     ///   ``start()``; ``SpoolError/closed`` once the database is closed.
     public func uploadStatistics() async throws -> UploadStatistics {
         guard let uploader = uploaderBox.withLock({ $0 }) else {
             guard configuration.collectorURL == nil else { throw SpoolError.notStarted }
-            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+            throw SpoolError.notUploading
         }
         return try await SpoolError.bridgingAsync { try await uploader.statistics() }
     }
@@ -77,14 +77,14 @@ extension EventEngine {
     ///   status, or those whose reason contains a text.
     /// - Returns: how many were put back.
     /// - Throws: ``SpoolError/notStarted`` before `start()`;
-    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`;
+    ///   ``SpoolError/notUploading`` without a `collectorURL`;
     ///   ``SpoolError/suspended`` as ``flush()`` throws it (nothing was put
     ///   back).
     @discardableResult
     public func requeueDeadLetters(_ filter: DeadLetterFilter = .all) async throws -> Int {
         guard let log = state.withLock({ $0.isStarted ? $0.log : nil }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else {
-            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+            throw SpoolError.notUploading
         }
         let (status, reason): (Int?, String?)
         switch filter {
@@ -92,7 +92,7 @@ extension EventEngine {
         case .status(let code): (status, reason) = (code, nil)
         case .reasonContaining(let text): (status, reason) = (nil, text)
         }
-        let bound = configuration.effectiveRetention
+        let bound = configuration.retainedEvents
         let requeued = Protected((count: 0, head: Int64(0)))
         try await SpoolError.bridgingAsync {
             // In the background the database is suspended: wake it for this.
@@ -119,14 +119,14 @@ extension EventEngine {
     /// is kept in the database, for every process using the file and across
     /// launches; ``UploadStatistics/paused`` reports it. A request in flight
     /// is allowed to finish first; `flush()` then throws
-    /// ``UploadError/retryable(_:)`` saying uploads are paused.
+    /// ``SpoolError/uploadDeferred(reason:)`` saying uploads are paused.
     ///
     /// For a backend incident, or a user's choice to stop uploading for a
     /// while. (Withdrawing consent is different: it discards the queue.)
     ///
     /// - Throws: ``SpoolError/notStarted`` before `start()`;
-    ///   ``SpoolError/invalidConfiguration(_:)`` without a `collectorURL`;
-    ///   ``SpoolError/suspended`` as ``flush()`` throws it; a ``SQLiteError``
+    ///   ``SpoolError/notUploading`` without a `collectorURL`;
+    ///   ``SpoolError/suspended`` as ``flush()`` throws it; ``SpoolError/sqlite(_:)``
     ///   when the pause could not be saved (nothing changed).
     public func pauseUploads() async throws {
         try await setUploadsPaused(true)
@@ -143,7 +143,7 @@ extension EventEngine {
     private func setUploadsPaused(_ paused: Bool) async throws {
         guard state.withLock({ $0.isStarted }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else {
-            throw SpoolError.invalidConfiguration("no collectorURL is configured, so nothing is uploaded")
+            throw SpoolError.notUploading
         }
         try await SpoolError.bridgingAsync {
             try await withDatabaseAwake {
@@ -167,11 +167,9 @@ extension EventEngine {
     func startUploader(_ log: EventLog) async throws -> Uploader? {
         guard let url = configuration.collectorURL else { return nil }
         let dispatcher = configuration.dispatcher ?? DefaultEventDispatcher()
-        let policy = dispatcher as? any BatchingPolicy
         let defaults = dispatcher as? DefaultEventDispatcher
         var settings = Uploader.Settings(
-            url: url, batchSize: max(1, policy?.batchSize ?? DefaultEventDispatcher.defaultBatchSize),
-            timerInterval: max(0, policy?.timerInterval ?? DefaultEventDispatcher.defaultTimerInterval),
+            url: url, batchSize: configuration.uploadBatchSize, timerInterval: configuration.uploadTimerInterval,
             retry: configuration.retryPolicy)
         // The HTTP transport gives up after twice its request timeout.
         if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }

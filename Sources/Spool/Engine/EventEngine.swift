@@ -205,11 +205,12 @@ public final class EventEngine: Sendable {
                 gates: SessionGates(
                     consent: configuration.consent, enabled: configuration.enabled,
                     sessionEventLimit: configuration.sessionEventLimit,
-                    waitingLimit: configuration.effectiveRetention ?? DefaultEventDispatcher.defaultMaxQueueSize),
+                    waitingLimit: configuration.retainedEvents ?? EngineConfiguration.defaultRetainedEvents),
                 undelivered: configuration.excludedEventNames.union([ReservedEventName.heartbeat])))
         self.state = state
         let deliveryQueue = DispatchQueue(label: "spool.delivery", qos: .utility)
-        let diagnostics = DiagnosticsCenter(handler: configuration.diagnosticHandler, queue: deliveryQueue)
+        let diagnostics = DiagnosticsCenter(
+            handler: configuration.diagnosticHandler, queue: deliveryQueue, clock: configuration.clock)
         diagnosticsCenter = diagnostics
         sealer = configuration.encryption?.makeSealer()
         sealer?.onUndecryptable { count in

@@ -92,7 +92,7 @@ public struct EventContext: Sendable, Hashable {
     }
 
     /// The JSON object the formats write.
-    func encoded() throws(EventValidationError) -> String {
+    func encoded() throws(SpoolError) -> String {
         var object = custom
         if !app.isEmpty { object["app"] = .object(app) }
         if !device.isEmpty { object["device"] = .object(device) }

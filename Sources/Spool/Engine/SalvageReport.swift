@@ -47,7 +47,7 @@ import SpoolStorage
 /// then throws (``SpoolError/notADatabase(path:)``,
 /// ``SpoolError/damaged(path:reason:)``,
 /// ``SpoolError/schemaUnexplained(path:version:reason:)``, a
-/// ``SQLiteError`` with `.corrupt`, or for a newer schema
+/// ``SpoolError/sqlite(_:)`` with `.corrupt`, or for a newer schema
 /// ``SpoolError/schemaTooNew(path:version:latestKnown:)``) and leaves the
 /// file untouched. A location that cannot be written, a busy file, a full
 /// disk or an I/O error are not damage: `start()` throws for them either

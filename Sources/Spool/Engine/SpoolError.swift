@@ -1,8 +1,21 @@
 import SpoolStorage
 
-/// Library-level failures, with messages a user can act on.
+/// Every failure Spool's API throws, with messages a user can act on.
 ///
-/// Errors that come straight from SQLite are ``SQLiteError`` instead.
+/// One error type: match on its cases, and on the reason a case carries
+/// (``EventProblem``, ``SurveyProblem``, or the SQLite result code of a
+/// ``SQLiteFailure``), as the <doc:DurabilityModel> article's tables list them.
+///
+/// ```swift
+/// do {
+///     try await engine.recordDurably("checkout_done")
+/// } catch SpoolError.stillBuffered(_, let reason) where reason.resultCode == .full {
+///     // The disk is full: the event is kept in memory and committed later.
+/// } catch SpoolError.invalidEvent(let problem) {
+///     // Rejected before it was stored: fix the call.
+///     print(problem)
+/// }
+/// ```
 public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The database file could not be opened or created (missing or unwritable
     /// directory, permissions). The file is left as it was.
@@ -61,17 +74,49 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     case closed
     /// The engine was used before ``EventEngine/start()`` where that is not allowed.
     case notStarted
+    /// ``EventEngine/start()`` was called a second time; the engine goes on
+    /// as the first call started it.
+    case alreadyStarted
+    /// A call that uploads or reads the upload queue (``EventEngine/flush()``,
+    /// ``EventEngine/uploadStatistics()``, ``EventEngine/pauseUploads()``…)
+    /// on an engine whose configuration has no
+    /// ``EngineConfiguration/collectorURL``: nothing is uploaded.
+    case notUploading
+    /// ``EventEngine/reencryptAll()`` on an engine without
+    /// ``EngineConfiguration/encryption``. Nothing was changed.
+    case notEncrypted
+    /// A ``DefaultEventDispatcher``'s `backingStore` and `dataStoreName`
+    /// ask for a database at `requested`, which is neither
+    /// ``EngineConfiguration/database`` (`configured`) nor their default:
+    /// set the location in one place (`database`, or
+    /// ``EngineConfiguration/uploading(to:dispatcher:in:)``). `start()`
+    /// throws it before touching any file.
+    case conflictingDatabaseLocation(configured: String, requested: String)
     /// The event was rejected before it was stored; nothing else was affected.
-    case invalidEvent(EventValidationError)
-    /// A configuration value is out of range.
-    case invalidConfiguration(String)
+    case invalidEvent(EventProblem)
+    /// A survey was refused (``SurveyCenter/register(_:)``,
+    /// ``SurveyCenter/evaluate(_:)``); nothing was registered or recorded.
+    case invalidSurvey(SurveyProblem)
+    /// A lifecycle event was marked, or an explanation asked, for a survey
+    /// id that is not registered. Nothing was recorded.
+    case unknownSurvey(String)
+    /// ``EventEngine/flush()`` did not upload everything: the collector
+    /// could not be reached or answered with a retryable status, uploads are
+    /// paused or held back, or another process holds the upload (`reason`
+    /// says which). The events stay queued and are retried with backoff.
+    case uploadDeferred(reason: String)
+    /// SQLite failed (`failure` carries its result code): while opening the
+    /// file, or refusing one event for good (a constraint, a value too
+    /// big). A failed commit of an accepted event is ``stillBuffered(eventID:reason:)``
+    /// instead.
+    case sqlite(SQLiteFailure)
     /// ``EventEngine/eraseAllData()`` erased the event before it was stored:
     /// it waited for a session, or for a commit on a full disk.
     case erased
     /// The commit holding this accepted event failed (the disk is full, an
     /// I/O error). The event is still buffered and Spool commits it when the
     /// database accepts writes again: do not record it again.
-    case stillBuffered(eventID: String, reason: SQLiteError)
+    case stillBuffered(eventID: String, reason: SQLiteFailure)
     /// The event was not accepted: this many events (and bytes) already wait
     /// for the writer, the configured bound (``EngineConfiguration/writeBuffer``),
     /// and commits keep failing (a full disk) or the writer made no room
@@ -121,10 +166,26 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
             return "The Spool engine is closed"
         case .notStarted:
             return "The Spool engine has not been started"
+        case .alreadyStarted:
+            return "start() was already called"
+        case .notUploading:
+            return "No collectorURL is configured, so nothing is uploaded"
+        case .notEncrypted:
+            return "reencryptAll() needs EngineConfiguration.encryption"
+        case .conflictingDatabaseLocation(let configured, let requested):
+            return
+                "The dispatcher's backingStore and dataStoreName ask for \(requested), but database is \(configured): "
+                + "set the location in one place (database, or EngineConfiguration.uploading(to:dispatcher:in:))"
         case .invalidEvent(let reason):
             return "Invalid event: \(reason)"
-        case .invalidConfiguration(let reason):
-            return "Invalid configuration: \(reason)"
+        case .invalidSurvey(let reason):
+            return "Invalid survey: \(reason)"
+        case .unknownSurvey(let id):
+            return "No survey with id \(id.debugDescription) is registered"
+        case .uploadDeferred(let reason):
+            return "Upload failed, events kept for a retry: \(reason)"
+        case .sqlite(let failure):
+            return failure.description
         case .erased:
             return "The event was erased before it was stored"
         case .stillBuffered(let id, let reason):
@@ -149,9 +210,10 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
 // MARK: - From the storage layer
 
 extension SpoolError {
-    /// The storage layer's own failures as the public ones; SQLite's errors
-    /// and everything else pass through unchanged.
+    /// The storage layer's own failures and SQLite's as the public ones;
+    /// anything else (a task's cancellation) passes through unchanged.
     static func bridge(_ error: any Error) -> any Error {
+        if let sqlite = error as? SQLiteError { return SpoolError.sqlite(SQLiteFailure(sqlite)) }
         if let sealing = error as? SealingError {
             switch sealing {
             case .keyUnavailable(let reason), .cipherFailed(let reason):
@@ -175,7 +237,7 @@ extension SpoolError {
         case .erased: return SpoolError.erased
         case .closed: return SpoolError.closed
         case .bufferFull(let events, let bytes): return SpoolError.bufferFull(events: events, bytes: bytes)
-        case .notYetCommitted(let error): return error
+        case .notYetCommitted(let error): return SpoolError.sqlite(SQLiteFailure(error))
         }
     }
 

@@ -1,42 +1,6 @@
 import Foundation
 import SpoolStorage
 
-/// Limits every recorded event must respect. Exceeding one is an
-/// ``EventValidationError``; nothing is stored.
-public enum EventLimits {
-    /// An event name: 1…256 UTF-8 bytes, no control characters.
-    public static let maximumNameBytes = 256
-    /// A parameter key: 1…256 UTF-8 bytes, no control characters.
-    public static let maximumKeyBytes = 256
-    /// Arrays and objects inside the parameters nest at most this deep (the
-    /// parameters object itself is level 1).
-    public static let maximumDepth = 16
-    /// The encoded parameters, in bytes: 1 MiB, so an event plus its envelope
-    /// always fits alone in one 3.5 MB upload.
-    public static let maximumEncodedBytes = 1_048_576
-    /// The earliest date a parameter can carry: 0000-01-01T00:00:00.000Z
-    /// (-62 167 219 200 s since 1970), the first instant of ISO 8601's year
-    /// 0000 in the proleptic Gregorian calendar.
-    ///
-    /// Dates are rounded to the nearest millisecond (halves away from 1970)
-    /// before the check, so half a millisecond or more before this is
-    /// rejected (``EventValidationError/dateOutOfRange(path:)``) and less
-    /// than that before it is recorded as this date. NaN and infinite dates
-    /// are always rejected.
-    public static let earliestDate = Date(
-        timeIntervalSince1970: Double(ISO8601Milliseconds.earliestMilliseconds) / 1000)
-    /// The latest date a parameter can carry: 9999-12-31T23:59:59.999Z
-    /// (253 402 300 799.999 s since 1970), the last millisecond a four-digit
-    /// year can express.
-    ///
-    /// Dates are rounded to the nearest millisecond (halves away from 1970)
-    /// before the check, so 9999-12-31T23:59:59.9995Z, which would round
-    /// into year 10000, and anything later is rejected
-    /// (``EventValidationError/dateOutOfRange(path:)``).
-    public static let latestDate = Date(
-        timeIntervalSince1970: Double(ISO8601Milliseconds.latestMilliseconds) / 1000)
-}
-
 /// Encodes parameters straight from ``EventValue`` into canonical JSON bytes,
 /// validating as it goes.
 ///
@@ -44,19 +8,19 @@ public enum EventLimits {
 /// escaped per RFC 8259, integers as integers, doubles in Swift's shortest
 /// round-trip form (always with a `.` or an exponent, so they read back as
 /// doubles), dates as ISO 8601 strings with milliseconds in UTC (only dates in
-/// ``EventLimits/earliestDate``...``EventLimits/latestDate``). About ten
+/// ``EventValue/earliestDate``...``EventValue/latestDate``). About ten
 /// times cheaper than `JSONEncoder` for a 10-key object.
 struct EventEncoder {
     private var bytes: ByteBuffer
 
-    /// Checks an event name against ``EventLimits``.
-    static func validate(name: String) throws(EventValidationError) {
+    /// Checks an event name against the limits (``EventValue``).
+    static func validate(name: String) throws(SpoolError) {
         let count = name.utf8.count
-        if count == 0 { throw .emptyName }
-        if count > EventLimits.maximumNameBytes {
-            throw .nameTooLong(bytes: count, limit: EventLimits.maximumNameBytes)
+        if count == 0 { throw .invalidEvent(.emptyName) }
+        if count > EventValue.maximumNameBytes {
+            throw .invalidEvent(.nameTooLong(bytes: count, limit: EventValue.maximumNameBytes))
         }
-        if withUTF8Bytes(of: name, { $0.contains(where: isControl) }) { throw .invalidName(name) }
+        if withUTF8Bytes(of: name, { $0.contains(where: isControl) }) { throw .invalidEvent(.invalidName(name)) }
     }
 
     /// A control character, which names and keys may not hold: below 0x20,
@@ -65,31 +29,31 @@ struct EventEncoder {
     static func isControl(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x7F }
 
     /// The canonical JSON object for `parameters`.
-    static func encode(_ parameters: [String: EventValue]) throws(EventValidationError) -> String {
+    static func encode(_ parameters: [String: EventValue]) throws(SpoolError) -> String {
         var encoder = EventEncoder(bytes: ByteBuffer(capacity: 64 + parameters.count * 24))
         defer { encoder.bytes.deallocate() }
         try encoder.writeObject(parameters, depth: 1)
-        if encoder.bytes.count > EventLimits.maximumEncodedBytes {
-            throw .tooLarge(bytes: encoder.bytes.count, limit: EventLimits.maximumEncodedBytes)
+        if encoder.bytes.count > EventValue.maximumEncodedBytes {
+            throw .invalidEvent(.tooLarge(bytes: encoder.bytes.count, limit: EventValue.maximumEncodedBytes))
         }
         return String(decoding: encoder.bytes.bytes, as: UTF8.self)
     }
 
     // MARK: - Values
 
-    private mutating func write(_ value: EventValue, depth: Int) throws(EventValidationError) {
+    private mutating func write(_ value: EventValue, depth: Int) throws(SpoolError) {
         switch value {
         case .string(let string): writeString(string)
         case .int(let int): writeInt(int)
         case .double(let double):
-            guard double.isFinite else { throw .nonFiniteNumber(path: "") }
+            guard double.isFinite else { throw .invalidEvent(.nonFiniteNumber(path: "")) }
             var text = double.description
             text.withUTF8 { bytes.appendBytes(UnsafeRawBufferPointer($0)) }
         case .bool(let bool): writeLiteral(bool ? "true" : "false")
         case .null: writeLiteral("null")
         case .date(let date):
             guard let milliseconds = ISO8601Milliseconds.milliseconds(ifRepresentable: date) else {
-                throw .dateOutOfRange(path: "")
+                throw .invalidEvent(.dateOutOfRange(path: ""))
             }
             bytes.append(UInt8(ascii: "\""))
             ISO8601Milliseconds.append(milliseconds: milliseconds, to: &bytes)
@@ -97,8 +61,8 @@ struct EventEncoder {
         case .array(let array): try writeArray(array, depth: depth + 1)
         case .object(let object): try writeObject(object, depth: depth + 1)
         }
-        if bytes.count > EventLimits.maximumEncodedBytes {
-            throw .tooLarge(bytes: bytes.count, limit: EventLimits.maximumEncodedBytes)
+        if bytes.count > EventValue.maximumEncodedBytes {
+            throw .invalidEvent(.tooLarge(bytes: bytes.count, limit: EventValue.maximumEncodedBytes))
         }
     }
 
@@ -106,9 +70,9 @@ struct EventEncoder {
         bytes.appendBytes(UnsafeRawBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
     }
 
-    private mutating func writeArray(_ array: [EventValue], depth: Int) throws(EventValidationError) {
-        guard depth <= EventLimits.maximumDepth else {
-            throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
+    private mutating func writeArray(_ array: [EventValue], depth: Int) throws(SpoolError) {
+        guard depth <= EventValue.maximumDepth else {
+            throw .invalidEvent(.nestingTooDeep(path: "", limit: EventValue.maximumDepth))
         }
         bytes.append(UInt8(ascii: "["))
         for (index, element) in array.enumerated() {
@@ -122,9 +86,9 @@ struct EventEncoder {
         bytes.append(UInt8(ascii: "]"))
     }
 
-    private mutating func writeObject(_ object: [String: EventValue], depth: Int) throws(EventValidationError) {
-        guard depth <= EventLimits.maximumDepth else {
-            throw .nestingTooDeep(path: "", limit: EventLimits.maximumDepth)
+    private mutating func writeObject(_ object: [String: EventValue], depth: Int) throws(SpoolError) {
+        guard depth <= EventValue.maximumDepth else {
+            throw .invalidEvent(.nestingTooDeep(path: "", limit: EventValue.maximumDepth))
         }
         bytes.append(UInt8(ascii: "{"))
         // The entries are put in key order in a temporary buffer (on the
@@ -132,7 +96,7 @@ struct EventEncoder {
         // value. Any fixed order makes the output deterministic; this one is
         // String's `<`, mostly decided by the keys' first eight bytes.
         try withUnsafeTemporaryAllocation(of: Entry.self, capacity: object.count) {
-            (entries) throws(EventValidationError) in
+            (entries) throws(SpoolError) in
             guard let base = entries.baseAddress else { return }  // no entries
             var count = 0
             for entry in object {
@@ -148,10 +112,10 @@ struct EventEncoder {
                 let entry = (base + written).move()
                 written += 1
                 if written > 1 { bytes.append(UInt8(ascii: ",")) }
-                guard entry.isValidKey else { throw .invalidKey(path: "." + entry.key.debugDescription) }
+                guard entry.isValidKey else { throw .invalidEvent(.invalidKey(path: "." + entry.key.debugDescription)) }
                 Self.appendJSONString(entry.key, to: &bytes)
                 bytes.append(UInt8(ascii: ":"))
-                do throws(EventValidationError) {
+                do throws(SpoolError) {
                     try write(entry.value, depth: depth)
                 } catch {
                     throw error.prefixed(with: "." + entry.key)
@@ -172,7 +136,7 @@ struct EventEncoder {
         /// prefixes order them as String's `<` does (which, for ASCII,
         /// compares bytes).
         let isASCII: Bool
-        /// Non-empty, at most ``EventLimits/maximumKeyBytes``, and free of
+        /// Non-empty, at most `EventValue.maximumKeyBytes`, and free of
         /// control characters.
         let isValidKey: Bool
 
@@ -194,7 +158,7 @@ struct EventEncoder {
                 union |= byte
                 control = control || EventEncoder.isControl(byte)
             }
-            let isValid = !utf8.isEmpty && utf8.count <= EventLimits.maximumKeyBytes && !control
+            let isValid = !utf8.isEmpty && utf8.count <= EventValue.maximumKeyBytes && !control
             return (prefix, union < 0x80, isValid)
         }
 
@@ -321,11 +285,20 @@ struct EventEncoder {
     }
 }
 
-extension EventValidationError {
-    /// The same error with `component` put in front of its path.
+extension SpoolError {
+    /// The same error with `component` put in front of its event problem's
+    /// path.
+    func prefixed(with component: String) -> SpoolError {
+        guard case .invalidEvent(let problem) = self else { return self }
+        return .invalidEvent(problem.prefixed(with: component))
+    }
+}
+
+extension SpoolError.EventProblem {
+    /// The same problem with `component` put in front of its path.
     ///
     /// Exhaustive on purpose: a new case with a path must be added here.
-    func prefixed(with component: String) -> EventValidationError {
+    func prefixed(with component: String) -> SpoolError.EventProblem {
         switch self {
         case .invalidKey(let path): return .invalidKey(path: component + path)
         case .nonFiniteNumber(let path): return .nonFiniteNumber(path: component + path)

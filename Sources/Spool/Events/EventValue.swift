@@ -21,8 +21,12 @@ import Foundation
 /// ])
 /// ```
 ///
-/// What a value may hold is bounded by ``EventLimits``; a value outside them
-/// makes `record` throw ``SpoolError/invalidEvent(_:)`` and nothing is stored.
+/// What a value may hold is bounded: an event name and each parameter key
+/// take 1 to 256 UTF-8 bytes without control characters, arrays and objects
+/// nest at most 16 deep (the parameters object is level 1), the encoded
+/// parameters take at most 1 MiB, and dates fall between ``earliestDate``
+/// and ``latestDate``. A value outside them makes `record` throw
+/// ``SpoolError/invalidEvent(_:)`` and nothing is stored.
 public enum EventValue: Sendable, Hashable {
     /// A string, stored as a JSON string.
     case string(String)
@@ -38,10 +42,10 @@ public enum EventValue: Sendable, Hashable {
     /// A date, recorded as `YYYY-MM-DDTHH:MM:SS.sssZ` to the nearest
     /// millisecond (halves away from 1970).
     ///
-    /// Only ``EventLimits/earliestDate`` (0000-01-01T00:00:00.000Z) through
-    /// ``EventLimits/latestDate`` (9999-12-31T23:59:59.999Z) fit four-digit
+    /// Only ``EventValue/earliestDate`` (0000-01-01T00:00:00.000Z) through
+    /// ``EventValue/latestDate`` (9999-12-31T23:59:59.999Z) fit four-digit
     /// years; recording any other date, NaN or infinity throws
-    /// ``EventValidationError/dateOutOfRange(path:)`` and nothing is stored.
+    /// ``SpoolError/EventProblem/dateOutOfRange(path:)`` and nothing is stored.
     case date(Date)
     /// An array of values, stored as a JSON array.
     case array([EventValue])
@@ -110,7 +114,7 @@ extension EventValue {
     /// The value as listeners receive it: dates replaced by their ISO 8601
     /// strings, everything else unchanged.
     ///
-    /// A date outside ``EventLimits/earliestDate``...``EventLimits/latestDate``
+    /// A date outside ``EventValue/earliestDate``...``EventValue/latestDate``
     /// (which recording rejects) becomes the string of the nearer end (NaN:
     /// the earliest).
     var delivered: EventValue {
@@ -173,7 +177,7 @@ extension EventValue: Codable {
     /// in UTC.
     ///
     /// - Throws: `EncodingError.invalidValue` for a date outside
-    ///   ``EventLimits/earliestDate`` through ``EventLimits/latestDate``.
+    ///   ``EventValue/earliestDate`` through ``EventValue/latestDate``.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {
@@ -190,7 +194,7 @@ extension EventValue: Codable {
                     .init(
                         codingPath: encoder.codingPath,
                         debugDescription: "the date is NaN, infinite or, to the nearest millisecond, outside "
-                            + EventValidationError.representableDates))
+                            + SpoolError.EventProblem.representableDates))
             }
             try container.encode(ISO8601Milliseconds.string(from: value))
         case .array(let value): try container.encode(value)
@@ -198,4 +202,42 @@ extension EventValue: Codable {
         case .null: try container.encodeNil()
         }
     }
+}
+
+// MARK: - Limits
+
+/// Limits every recorded event must respect. Exceeding one is a
+/// ``SpoolError/invalidEvent(_:)``; nothing is stored.
+extension EventValue {
+    /// An event name: 1…256 UTF-8 bytes, no control characters.
+    static let maximumNameBytes = 256
+    /// A parameter key: 1…256 UTF-8 bytes, no control characters.
+    static let maximumKeyBytes = 256
+    /// Arrays and objects inside the parameters nest at most this deep (the
+    /// parameters object itself is level 1).
+    static let maximumDepth = 16
+    /// The encoded parameters, in bytes: 1 MiB, so an event plus its envelope
+    /// always fits alone in one 3.5 MB upload.
+    static let maximumEncodedBytes = 1_048_576
+    /// The earliest date a parameter can carry: 0000-01-01T00:00:00.000Z
+    /// (-62 167 219 200 s since 1970), the first instant of ISO 8601's year
+    /// 0000 in the proleptic Gregorian calendar.
+    ///
+    /// Dates are rounded to the nearest millisecond (halves away from 1970)
+    /// before the check, so half a millisecond or more before this is
+    /// rejected (``SpoolError/EventProblem/dateOutOfRange(path:)``) and less
+    /// than that before it is recorded as this date. NaN and infinite dates
+    /// are always rejected.
+    public static let earliestDate = Date(
+        timeIntervalSince1970: Double(ISO8601Milliseconds.earliestMilliseconds) / 1000)
+    /// The latest date a parameter can carry: 9999-12-31T23:59:59.999Z
+    /// (253 402 300 799.999 s since 1970), the last millisecond a four-digit
+    /// year can express.
+    ///
+    /// Dates are rounded to the nearest millisecond (halves away from 1970)
+    /// before the check, so 9999-12-31T23:59:59.9995Z, which would round
+    /// into year 10000, and anything later is rejected
+    /// (``SpoolError/EventProblem/dateOutOfRange(path:)``).
+    public static let latestDate = Date(
+        timeIntervalSince1970: Double(ISO8601Milliseconds.latestMilliseconds) / 1000)
 }

@@ -5,8 +5,8 @@ import Foundation
 ///
 /// The calendar is the proleptic Gregorian one ISO 8601 specifies, and the
 /// year has exactly four digits, so only 0000-01-01T00:00:00.000Z through
-/// 9999-12-31T23:59:59.999Z can be written (``EventLimits/earliestDate`` and
-/// ``EventLimits/latestDate``). A date is first rounded to the nearest
+/// 9999-12-31T23:59:59.999Z can be written (``EventValue/earliestDate`` and
+/// ``EventValue/latestDate``). A date is first rounded to the nearest
 /// millisecond (halves away from 1970); it is representable when that
 /// millisecond is in the range.
 enum ISO8601Milliseconds {

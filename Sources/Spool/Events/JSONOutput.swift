@@ -6,6 +6,28 @@ protocol JSONOutput {
     mutating func appendBytes(_ bytes: UnsafeRawBufferPointer)
 }
 
+extension JSONOutput {
+    /// Appends `value` as a JSON number: its digits, put together on the
+    /// stack and appended at once.
+    mutating func append(integer value: Int64) {
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes ≥ 20 digits and a sign
+        withUnsafeMutableBytes(of: &digits) { raw in
+            var start = raw.count
+            repeat {
+                start -= 1
+                raw[start] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 {
+                start -= 1
+                raw[start] = UInt8(ascii: "-")
+            }
+            appendBytes(UnsafeRawBufferPointer(rebasing: raw[start...]))
+        }
+    }
+}
+
 extension Array: JSONOutput where Element == UInt8 {
     @inline(__always)
     mutating func appendBytes(_ bytes: UnsafeRawBufferPointer) {

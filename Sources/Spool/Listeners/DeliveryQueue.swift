@@ -126,10 +126,9 @@ package final class DeliveryQueue: Sendable {
 
 extension StoredEvent {
     /// The parameters as listeners receive them, read back from the stored
-    /// JSON (dates are already strings there). Parsing here, once per event
-    /// for every listener, costs about a microsecond on the delivery queue;
-    /// keeping each event's parameters in memory until its commit cost the
-    /// write buffer about 900 bytes an event.
+    /// JSON (dates are already strings there), once per event for every
+    /// listener, on the delivery queue: the write buffer holds only each
+    /// event's encoded JSON, never its parameters dictionary.
     var deliveredParameters: [String: EventValue] {
         EventValue.parameters(fromJSON: parametersJSON)
     }

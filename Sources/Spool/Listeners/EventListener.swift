@@ -15,40 +15,25 @@ import Foundation
 ///   quickly and move expensive work to your own queue.
 /// - Recording an event from inside the callback is allowed: it is delivered
 ///   later, to every listener, and counts toward the per-session limit.
-/// - `timestamp` is seconds since 1970 (multiply by 1000 for milliseconds).
-///   Dates in `parameters` arrive as ISO 8601 strings with milliseconds, UTC.
+/// - The event's `timestamp` is seconds since 1970 (multiply by 1000 for
+///   milliseconds). Dates in its `parameters` arrive as ISO 8601 strings with
+///   milliseconds, UTC.
 /// - The type must be `Sendable`: Spool calls it from its own queue. A class
 ///   with mutable state protects it with a lock, or confines it to a queue
 ///   of its own.
 ///
 /// ```swift
 /// final class AnalyticsForwarder: EventListener {
-///     func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval) {
+///     func onEventRecorded(_ event: RecordedEvent) {
 ///         // On Spool's delivery queue, in record order, after the commit.
 ///     }
 /// }
 /// ```
 public protocol EventListener: AnyObject, Sendable {
     /// Called once for each delivered event, on Spool's delivery queue, after
-    /// the event is committed.
-    ///
-    /// - Parameters:
-    ///   - name: the name the event was recorded with.
-    ///   - parameters: its parameters, read back from the JSON that was
-    ///     stored: what was recorded, with dates as ISO 8601 strings.
-    ///   - timestamp: when `record` accepted it, in seconds since 1970.
-    func onEventRecorded(_ name: String, parameters: [String: EventValue], timestamp: TimeInterval)
-
-    /// Called once for each delivered event instead of
-    /// ``onEventRecorded(_:parameters:timestamp:)`` when a listener
-    /// implements it: the whole event, with its id, message type and the
-    /// identity it was recorded for. The default calls
-    /// ``onEventRecorded(_:parameters:timestamp:)``.
+    /// the event is committed: its name, its parameters read back from the
+    /// JSON that was stored (what was recorded, with dates as ISO 8601
+    /// strings), when `record` accepted it (seconds since 1970), its id,
+    /// message type and the identity it was recorded for.
     func onEventRecorded(_ event: RecordedEvent)
-}
-
-extension EventListener {
-    public func onEventRecorded(_ event: RecordedEvent) {
-        onEventRecorded(event.name, parameters: event.parameters, timestamp: event.timestamp)
-    }
 }

@@ -3,7 +3,7 @@
 /// A string literal is a topic for that event name:
 /// `engine.on("purchase") { … }` is `engine.on(.named("purchase")) { … }`.
 /// The survey lifecycle events have topics of their own, such as
-/// ``surveyCompleted``.
+/// ``survey(_:)``.
 public struct EventTopic: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
     enum Kind: Hashable, Sendable {
         case named(String)

@@ -31,6 +31,8 @@ final class FreeSpaceGuard: Sendable {
     /// times the minimum.
     private var resume: Int64 { minimum + minimum / 2 }
     private let interval: TimeInterval
+    /// What `interval` is measured on.
+    private let clock: any SpoolClock
     private let diagnostics: DiagnosticsCenter
     /// Freezes the bounds (true) or gives the configured ones back (false);
     /// returns what it froze them at, or the error that kept it from it.
@@ -39,7 +41,7 @@ final class FreeSpaceGuard: Sendable {
     private let whileLow: @Sendable () -> Void
 
     init(
-        path: String, platform: any SpoolPlatform, minimum: Int64, interval: TimeInterval,
+        path: String, platform: any SpoolPlatform, minimum: Int64, interval: TimeInterval, clock: any SpoolClock,
         diagnostics: DiagnosticsCenter,
         whileLow: @escaping @Sendable () -> Void,
         bound: @escaping @Sendable (_ low: Bool, _ done: @escaping @Sendable (Result<Int, any Error>) -> Void) -> Void
@@ -48,6 +50,7 @@ final class FreeSpaceGuard: Sendable {
         self.platform = platform
         self.minimum = minimum
         self.interval = interval
+        self.clock = clock
         self.diagnostics = diagnostics
         self.whileLow = whileLow
         self.bound = bound
@@ -56,7 +59,7 @@ final class FreeSpaceGuard: Sendable {
     /// After a commit: reads the free space if the last reading is older
     /// than `interval` (and none runs).
     func committed() {
-        let now = Date().timeIntervalSince1970
+        let now = clock.now
         let (due, low) = state.withLock { state -> (Bool, Bool) in
             guard !state.checking, now - state.lastCheck >= interval else { return (false, state.low) }
             state.checking = true
@@ -113,7 +116,7 @@ extension EventEngine {
             return nil
         }
         let bounds = QueueBounds(
-            count: configuration.effectiveRetention, bytes: configuration.maximumQueueBytes,
+            count: configuration.retainedEvents, bytes: configuration.maximumQueueBytes,
             age: configuration.maximumEventAge)
         let history = EventLog.HistoryLimits(
             maximumAge: configuration.historyRetention, maximumRows: configuration.maximumHistoryRows)
@@ -123,8 +126,9 @@ extension EventEngine {
             log?.database.async { $0?.checkpointPassive() }
         }
         return FreeSpaceGuard(
-            path: url.path, platform: configuration.platform, minimum: minimum, interval: configuration.freeSpaceCheckInterval,
-            diagnostics: diagnosticsCenter, whileLow: whileLow
+            path: url.path, platform: configuration.platform, minimum: minimum,
+            interval: configuration.freeSpaceCheckInterval, clock: configuration.clock, diagnostics: diagnosticsCenter,
+            whileLow: whileLow
         ) { [weak log] low, done in
             guard let log else { return }
             guard low else {
@@ -139,7 +143,8 @@ extension EventEngine {
                     let kept = min(bounds.count ?? .max, events)
                     log.setQueueBounds(
                         QueueBounds(
-                            count: kept, bytes: min(bounds.bytes ?? .max, max(bytes, 1)), age: bounds.age))
+                            count: kept, bytes: min(bounds.bytes ?? .max, max(bytes, 1)), age: bounds.age,
+                            freeSpace: true))
                     log.setHistoryLimits(
                         EventLog.HistoryLimits(
                             maximumAge: history.maximumAge,

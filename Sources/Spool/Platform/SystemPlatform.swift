@@ -40,6 +40,23 @@ final class SystemPlatform: SpoolPlatform {
         return "\(version.majorVersion).\(version.minorVersion).\(version.patchVersion)"
     }
 
+    /// Seconds on the system's monotonic clock that counts the time the
+    /// device sleeps (Apple platforms: `CLOCK_MONOTONIC`, which includes
+    /// sleep there; Linux: `CLOCK_BOOTTIME`), from an origin of the
+    /// system's: what each event's age at upload is measured on.
+    /// Read only through the ``SystemClock`` the configuration holds.
+    @Sendable static func monotonicSeconds() -> Double {
+        #if canImport(Darwin)
+            // clock-exempt: SystemClock's monotonic source.
+            return Double(clock_gettime_nsec_np(CLOCK_MONOTONIC)) / 1e9
+        #else
+            var time = timespec()
+            // clock-exempt: SystemClock's monotonic source.
+            clock_gettime(CLOCK_BOOTTIME, &time)
+            return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+        #endif
+    }
+
     // MARK: Lifecycle
 
     /// The notifications observed on this platform, and what each reports.

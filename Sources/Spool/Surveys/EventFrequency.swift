@@ -68,10 +68,10 @@ public struct EventFrequency: Sendable, Hashable {
     ///
     /// Checked when the survey is registered: an empty name, a negative count
     /// or a negative window makes ``SurveyCenter/register(_:)`` throw
-    /// ``SurveyError/invalidCondition(surveyID:reason:)``; a filter on a
+    /// ``SpoolError/SurveyProblem/invalidCondition(surveyID:reason:)``; a filter on a
     /// property the survey does not declare,
-    /// ``SurveyError/undeclaredProperty(surveyID:eventName:property:)``; a
-    /// NaN to compare with, ``SurveyError/nanComparisonValue(surveyID:name:)``.
+    /// ``SpoolError/SurveyProblem/undeclaredProperty(surveyID:eventName:property:)``; a
+    /// NaN to compare with, ``SpoolError/SurveyProblem/nanComparisonValue(surveyID:name:)``.
     public init(
         _ eventName: String, _ comparison: Comparison, _ count: Int, in window: Window = .ever,
         where filter: PropertyFilter? = nil

@@ -37,7 +37,7 @@ public struct EventSequence: Sendable, Hashable {
     public let second: String
     /// How long after `first` the `second` may come: `.last(seconds:)`, or
     /// `.thisSession` for both in the current session; `.ever` is refused
-    /// (``SurveyError/sequenceWithoutWindow(surveyID:)``).
+    /// (``SpoolError/SurveyProblem/sequenceWithoutWindow(surveyID:)``).
     public let gap: EventFrequency.Window
     /// Where `second` must lie: everything the history keeps (`.ever`, the
     /// default), the last N seconds, or this session.

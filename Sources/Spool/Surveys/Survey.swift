@@ -15,7 +15,7 @@ public struct Survey: Sendable, Hashable {
     public let id: String
     /// The events that make this survey a candidate. `nil` is a wildcard: any
     /// event except the survey lifecycle events. An empty set is refused
-    /// (``SurveyError/emptyTriggerList(surveyID:)``): it would never match,
+    /// (``SpoolError/SurveyProblem/emptyTriggerList(surveyID:)``): it would never match,
     /// and is almost always a wildcard written by mistake.
     public let triggerEventNames: Set<String>?
     /// Stage-2 conditions a candidate must also meet (default: none).

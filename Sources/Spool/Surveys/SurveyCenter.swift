@@ -97,17 +97,19 @@ public final class SurveyCenter: Sendable {
     /// the values of its ``Survey/historyProperties`` of every event
     /// recorded, until it is unregistered.
     ///
-    /// - Throws: ``SurveyError`` for an empty id, an empty trigger list (use
+    /// - Throws: ``SpoolError/invalidSurvey(_:)`` for an empty id, an empty trigger list (use
     ///   `nil` for a wildcard), a negative count or window, a filter on a
     ///   property the survey does not declare, a sequence without a window,
     ///   a sampling percentage outside 0 through 100, or a NaN to compare
     ///   with.
-    public func register(_ survey: Survey) throws(SurveyError) {
-        guard !survey.id.isEmpty else { throw .emptySurveyID }
-        if let names = survey.triggerEventNames, names.isEmpty { throw .emptyTriggerList(surveyID: survey.id) }
+    public func register(_ survey: Survey) throws(SpoolError) {
+        guard !survey.id.isEmpty else { throw .invalidSurvey(.emptySurveyID) }
+        if let names = survey.triggerEventNames, names.isEmpty {
+            throw .invalidSurvey(.emptyTriggerList(surveyID: survey.id))
+        }
         if survey.historyProperties.contains(where: { $0.key.isEmpty || $0.value.contains("") }) {
-            throw .invalidCondition(
-                surveyID: survey.id, reason: "historyProperties has an empty event or property name")
+            throw .invalidSurvey(
+                .invalidCondition(surveyID: survey.id, reason: "historyProperties has an empty event or property name"))
         }
         try survey.conditions.validate(surveyID: survey.id, declared: survey.historyProperties)
         let kept = state.withLock { state in
@@ -139,7 +141,7 @@ public final class SurveyCenter: Sendable {
     /// Recorded through `record`, like a custom event: the same gates apply,
     /// and the returned outcome says whether it was stored.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
@@ -152,7 +154,7 @@ public final class SurveyCenter: Sendable {
     /// Recorded through `record`, like a custom event: the same gates apply,
     /// and the returned outcome says whether it was stored.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
@@ -165,7 +167,7 @@ public final class SurveyCenter: Sendable {
     /// Recorded through `record`, like a custom event: the same gates apply,
     /// and the returned outcome says whether it was stored.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
@@ -179,7 +181,7 @@ public final class SurveyCenter: Sendable {
     /// Recorded through `record`, like a custom event: the same gates apply,
     /// and the returned outcome says whether it was stored.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
@@ -193,7 +195,7 @@ public final class SurveyCenter: Sendable {
     /// Recorded through `record`, like a custom event: the same gates apply,
     /// and the returned outcome says whether it was stored.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` when `surveyID` is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
@@ -204,15 +206,15 @@ public final class SurveyCenter: Sendable {
     /// Lifecycle events go through `record` like any custom event: gates,
     /// storage, listeners, upload and history.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` for an id that is not
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` for an id that is not
     ///   registered (nothing is recorded), and whatever `record` throws.
     private func recordLifecycle(
         _ event: SurveyLifecycleEvent, _ surveyID: String, _ extra: [String: EventValue] = [:]
     ) throws -> RecordOutcome {
-        guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SurveyError.unknownSurvey(surveyID) }
+        guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SpoolError.unknownSurvey(surveyID) }
         var parameters = extra
         parameters["survey_id"] = .string(surveyID)
-        return try context.record(event.eventName, parameters)
+        return try context.record(event.rawValue, parameters)
     }
 
     // MARK: - Triggers
@@ -241,7 +243,7 @@ public final class SurveyCenter: Sendable {
     /// registered survey declares; ``SurveyCondition/sampled(percent:)``
     /// hashes an empty survey id here.
     ///
-    /// - Throws: a ``SurveyError`` for a condition ``register(_:)`` would
+    /// - Throws: ``SpoolError/invalidSurvey(_:)`` for a condition ``register(_:)`` would
     ///   refuse; ``SpoolError/notStarted`` before `start()`.
     public func evaluate(_ condition: SurveyCondition) async throws -> Bool {
         try condition.validate(surveyID: "", declared: state.withLock { $0.declared })
@@ -258,12 +260,12 @@ public final class SurveyCenter: Sendable {
     /// stops at the part that decided). Reads what is committed, like
     /// ``evaluate(_:)``.
     ///
-    /// - Throws: ``SurveyError/unknownSurvey(_:)`` for an id that is not
-    ///   registered; ``SpoolError/notStarted`` before `start()`; a
-    ///   ``SQLiteError`` when the database could not be read.
+    /// - Throws: ``SpoolError/unknownSurvey(_:)`` for an id that is not
+    ///   registered; ``SpoolError/notStarted`` before `start()`;
+    ///   ``SpoolError/sqlite(_:)`` when the database could not be read.
     public func explain(surveyID: String) async throws -> SurveyExplanation {
         guard let survey = state.withLock({ $0.surveys[surveyID]?.survey }) else {
-            throw SurveyError.unknownSurvey(surveyID)
+            throw SpoolError.unknownSurvey(surveyID)
         }
         guard let database = context.database() else { throw SpoolError.notStarted }
         let now = database.clock.now

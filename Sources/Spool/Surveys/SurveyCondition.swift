@@ -1,7 +1,7 @@
 import Foundation
 
-/// A stage-2 rule over the user's persisted event history, the current
-/// identity, or a stable sample of users.
+/// A rule a survey's trigger must also pass: over the user's persisted event
+/// history, the current identity, or a stable sample of users.
 ///
 /// Evaluated after an event made the survey a candidate, at that event, as
 /// indexed reads of the `event_history` and `event_history_values` tables.
@@ -55,12 +55,14 @@ extension SurveyCondition {
     /// Checks the condition for `surveyID`, whose filters may read the
     /// properties in `declared` (event name → property names); throws the
     /// first problem found.
-    func validate(surveyID: String, declared: [String: Set<String>]) throws(SurveyError) {
-        func invalid(_ reason: String) -> SurveyError { .invalidCondition(surveyID: surveyID, reason: reason) }
-        func checkName(_ name: String, _ what: String) throws(SurveyError) {
+    func validate(surveyID: String, declared: [String: Set<String>]) throws(SpoolError) {
+        func invalid(_ reason: String) -> SpoolError {
+            .invalidSurvey(.invalidCondition(surveyID: surveyID, reason: reason))
+        }
+        func checkName(_ name: String, _ what: String) throws(SpoolError) {
             if name.isEmpty { throw invalid("\(what) needs an event name") }
         }
-        func checkWindow(_ window: EventFrequency.Window) throws(SurveyError) {
+        func checkWindow(_ window: EventFrequency.Window) throws(SpoolError) {
             if case .last(let seconds) = window, !(seconds >= 0) || !seconds.isFinite {
                 throw invalid("window of \(seconds) seconds")
             }
@@ -73,10 +75,13 @@ extension SurveyCondition {
             if let filter = frequency.filter {
                 if filter.property.isEmpty { throw invalid("a property filter needs a property name") }
                 guard declared[frequency.eventName]?.contains(filter.property) ?? false else {
-                    throw .undeclaredProperty(
-                        surveyID: surveyID, eventName: frequency.eventName, property: filter.property)
+                    throw .invalidSurvey(
+                        .undeclaredProperty(
+                            surveyID: surveyID, eventName: frequency.eventName, property: filter.property))
                 }
-                if let problem = filter.match.problem(surveyID: surveyID, name: filter.property) { throw problem }
+                if let problem = filter.match.problem(surveyID: surveyID, name: filter.property) {
+                    throw .invalidSurvey(problem)
+                }
             }
         case .sequence(let sequence):
             try checkName(sequence.first, "a sequence")
@@ -84,12 +89,14 @@ extension SurveyCondition {
             if sequence.first == sequence.second {
                 throw invalid("a sequence of \(sequence.first) with itself: count it with EVENT_FREQUENCY")
             }
-            if sequence.gap == .ever { throw .sequenceWithoutWindow(surveyID: surveyID) }
+            if sequence.gap == .ever { throw .invalidSurvey(.sequenceWithoutWindow(surveyID: surveyID)) }
             try checkWindow(sequence.gap)
             try checkWindow(sequence.window)
             if let absence = sequence.absence {
                 try checkName(absence.eventName, "a sequence's absent event")
-                guard case .last = absence.within else { throw .sequenceWithoutWindow(surveyID: surveyID) }
+                guard case .last = absence.within else {
+                    throw .invalidSurvey(.sequenceWithoutWindow(surveyID: surveyID))
+                }
                 try checkWindow(absence.within)
             }
         case .timeSinceLast(let since):
@@ -97,9 +104,11 @@ extension SurveyCondition {
             if !(since.seconds >= 0) || !since.seconds.isFinite { throw invalid("time of \(since.seconds) seconds") }
         case .trait(let trait, let match):
             if trait.isEmpty { throw invalid("a trait condition needs a trait name") }
-            if let problem = match.problem(surveyID: surveyID, name: trait) { throw problem }
+            if let problem = match.problem(surveyID: surveyID, name: trait) { throw .invalidSurvey(problem) }
         case .sampled(let percent):
-            if !(percent >= 0 && percent <= 100) { throw .samplingOutOfRange(surveyID: surveyID, percent: percent) }
+            if !(percent >= 0 && percent <= 100) {
+                throw .invalidSurvey(.samplingOutOfRange(surveyID: surveyID, percent: percent))
+            }
         case .all(let conditions), .any(let conditions):
             for condition in conditions { try condition.validate(surveyID: surveyID, declared: declared) }
         case .not(let condition):

@@ -7,8 +7,9 @@
 ///
 /// Record them with ``SurveyCenter``'s `mark…` methods when your app shows,
 /// dismisses or closes a survey; each carries a `survey_id` parameter, and
-/// Spool gives the names no meaning beyond that. Subscribe with the matching topics, such as
-/// ``EventTopic/surveyCompleted``.
+/// Spool gives the names no meaning beyond that. The raw value is the event
+/// name as stored and delivered; subscribe with
+/// ``EventTopic/survey(_:)``, such as `engine.on(.survey(.completed))`.
 public enum SurveyLifecycleEvent: String, Sendable, CaseIterable {
     /// `survey_shown`: the survey appeared on screen.
     case shown = "survey_shown"
@@ -22,9 +23,6 @@ public enum SurveyLifecycleEvent: String, Sendable, CaseIterable {
     /// `survey_completed`: the user finished the survey.
     case completed = "survey_completed"
 
-    /// The event name as stored and delivered.
-    public var eventName: String { rawValue }
-
     /// True for the five lifecycle event names.
     static func isLifecycle(_ name: String) -> Bool {
         SurveyLifecycleEvent(rawValue: name) != nil
@@ -32,14 +30,7 @@ public enum SurveyLifecycleEvent: String, Sendable, CaseIterable {
 }
 
 extension EventTopic {
-    /// `survey_shown` events.
-    public static let surveyShown = EventTopic.named(SurveyLifecycleEvent.shown.eventName)
-    /// `survey_dismissed` events.
-    public static let surveyDismissed = EventTopic.named(SurveyLifecycleEvent.dismissed.eventName)
-    /// `survey_closed` events.
-    public static let surveyClosed = EventTopic.named(SurveyLifecycleEvent.closed.eventName)
-    /// `survey_question_answered` events.
-    public static let surveyQuestionAnswered = EventTopic.named(SurveyLifecycleEvent.questionAnswered.eventName)
-    /// `survey_completed` events.
-    public static let surveyCompleted = EventTopic.named(SurveyLifecycleEvent.completed.eventName)
+    /// The events of one lifecycle step of every survey, such as
+    /// `.survey(.completed)` for `survey_completed`.
+    public static func survey(_ event: SurveyLifecycleEvent) -> EventTopic { .named(event.rawValue) }
 }

@@ -53,7 +53,7 @@ public enum ValueMatch: Sendable, Hashable {
     }
 
     /// The problem with its operand, if any (nil: none).
-    func problem(surveyID: String, name: String) -> SurveyError? {
+    func problem(surveyID: String, name: String) -> SpoolError.SurveyProblem? {
         switch self {
         case .equals(let operand), .notEquals(let operand):
             if case .double(let number) = operand, number.isNaN {
@@ -89,14 +89,8 @@ public struct PropertyFilter: Sendable, Hashable {
     public let match: ValueMatch
 
     /// A filter on the event parameter `property`.
-    public init(_ property: String, _ match: ValueMatch) {
-        self.property = property
-        self.match = match
-    }
-
-    /// A filter on the event parameter `property`.
     public static func property(_ property: String, _ match: ValueMatch) -> PropertyFilter {
-        PropertyFilter(property, match)
+        PropertyFilter(property: property, match: match)
     }
 }
 

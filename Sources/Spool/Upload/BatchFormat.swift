@@ -13,6 +13,11 @@ import SpoolStorage
 /// `appendPrologue(sentAt:to:)` once, `append(_:to:)` for each event (with
 /// a comma between events), then `appendEpilogue(sentAt:to:)`. The event's
 /// parameters are spliced in as stored, never decoded and encoded again.
+/// `sentAt` is the device's clock when the body is built; `BatchEvent`
+/// gives each event's age then, on the device's monotonic clock, for a
+/// collector to correct the device's clock (see <doc:Uploading>). The
+/// loss the request reports goes in its `X-Spool-Loss` header, whatever
+/// the format writes.
 ///
 /// Choosing a format needs nothing more. Writing one needs the format
 /// authors' interface, `@_spi(FormatAuthoring) import Spool`: the
@@ -87,35 +92,69 @@ extension BatchFormat {
 /// Valid only inside the ``BatchFormat/append(_:to:)`` call that receives it.
 @_spi(FormatAuthoring) public struct BatchEvent {
     let row: EventRowView
+    /// When and on which clocks the body is built.
+    let clock: BatchClock
 
-    init(_ row: EventRowView) {
+    init(_ row: EventRowView, clock: BatchClock) {
         self.row = row
+        self.clock = clock
     }
 
     /// When it was recorded, in seconds since 1970.
-    public var recordedAt: TimeInterval { row.recordedAt }
+    @_spi(FormatAuthoring) public var recordedAt: TimeInterval { row.recordedAt }
+
+    /// How long before the body was built it was recorded, in milliseconds.
+    ///
+    /// While the launch that recorded it builds the body, measured on the
+    /// device's monotonic clock, which counts sleep and ignores changes of
+    /// the wall clock (``ageIsMonotonic``). For an event an earlier launch
+    /// (or another process) recorded, the wall clock's difference between
+    /// the body's `sentAt` and the event's timestamp: off by whatever the
+    /// device's clock was changed by in between.
+    @_spi(FormatAuthoring) public var ageMilliseconds: Int64 { age.milliseconds }
+
+    /// True when ``ageMilliseconds`` was measured on the monotonic clock of
+    /// the launch that recorded the event.
+    @_spi(FormatAuthoring) public var ageIsMonotonic: Bool { age.monotonic }
+
+    private var age: (milliseconds: Int64, monotonic: Bool) {
+        if let now = clock.launch, let recorded = row.launch, recorded.id == now.id {
+            return (now.now - recorded.milliseconds, true)
+        }
+        return (clock.sentAtMilliseconds - EventLog.Launch.milliseconds(row.recordedAt), false)
+    }
+
+    /// Appends `"age":<milliseconds>`, and `,"ageClock":"wall"` when the age
+    /// is the wall clock's: the members Spool's format and the Kafka REST
+    /// format's record values carry.
+    func appendAgeMembers(to body: inout [UInt8]) {
+        let age = self.age
+        body.append(literal: #""age":"#)
+        body.append(integer: age.milliseconds)
+        if !age.monotonic { body.append(literal: #","ageClock":"wall""#) }
+    }
     /// True when it was recorded inside a session.
-    public var hasSession: Bool { row.session != nil }
+    var hasSession: Bool { row.session != nil }
 
     /// The event id (a UUIDv7, stable across retries: deduplicate on it).
-    public var id: String { String(decoding: row.id, as: UTF8.self) }
+    @_spi(FormatAuthoring) public var id: String { String(decoding: row.id, as: UTF8.self) }
     /// The event name.
-    public var name: String { String(decoding: row.name, as: UTF8.self) }
+    @_spi(FormatAuthoring) public var name: String { String(decoding: row.name, as: UTF8.self) }
     /// The session id, if recorded in a session.
-    public var session: String? { row.session.map { String(decoding: $0, as: UTF8.self) } }
+    @_spi(FormatAuthoring) public var session: String? { row.session.map { String(decoding: $0, as: UTF8.self) } }
 
     /// Appends the id as a JSON string.
-    public func appendID(to body: inout [UInt8]) {
+    func appendID(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.id, to: &body)
     }
 
     /// Appends the name as a JSON string.
-    public func appendName(to body: inout [UInt8]) {
+    func appendName(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.name, to: &body)
     }
 
     /// Appends the session id as a JSON string, or `null` outside a session.
-    public func appendSession(to body: inout [UInt8]) {
+    func appendSession(to body: inout [UInt8]) {
         if let session = row.session {
             EventEncoder.appendJSONString(session, to: &body)
         } else {
@@ -125,61 +164,65 @@ extension BatchFormat {
 
     /// Appends when it was recorded as a JSON string: ISO 8601 in UTC with
     /// milliseconds (`"2026-11-29T10:15:30.123Z"`).
-    public func appendTimestamp(to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendTimestamp(to body: inout [UInt8]) {
         Self.appendTimestamp(Date(timeIntervalSince1970: row.recordedAt), to: &body)
     }
 
     /// Appends the parameters: a JSON object, exactly as stored (keys
     /// sorted, dates as ISO 8601 strings).
-    public func appendParameters(to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendParameters(to body: inout [UInt8]) {
         body.append(contentsOf: row.parameters)
     }
 
     /// The message type.
-    public var type: EventType { EventType(rawValue: String(decoding: row.type, as: UTF8.self)) ?? .track }
+    @_spi(FormatAuthoring) public var type: EventType {
+        EventType(rawValue: String(decoding: row.type, as: UTF8.self)) ?? .track
+    }
     /// The anonymous id it was recorded for (nil for an event stored before
     /// identities were kept).
-    public var anonymousId: String? { row.anonymousID.map { String(decoding: $0, as: UTF8.self) } }
+    @_spi(FormatAuthoring) public var anonymousId: String? {
+        row.anonymousID.map { String(decoding: $0, as: UTF8.self) }
+    }
     /// The user id it was recorded for, if any.
-    public var userId: String? { row.userID.map { String(decoding: $0, as: UTF8.self) } }
+    @_spi(FormatAuthoring) public var userId: String? { row.userID.map { String(decoding: $0, as: UTF8.self) } }
     /// A `group`'s id, or an `alias`'s previous user id (nil: the previous
     /// id is the anonymous id).
-    public var target: String? { row.target.map { String(decoding: $0, as: UTF8.self) } }
+    @_spi(FormatAuthoring) public var target: String? { row.target.map { String(decoding: $0, as: UTF8.self) } }
     /// True when it was recorded with an identity.
-    public var hasIdentity: Bool { row.anonymousID != nil }
+    var hasIdentity: Bool { row.anonymousID != nil }
     /// True when a context was in force when it was recorded.
-    public var hasContext: Bool { row.context != nil }
+    @_spi(FormatAuthoring) public var hasContext: Bool { row.context != nil }
 
     /// Appends the message type as a JSON string (`"track"`).
-    public func appendType(to body: inout [UInt8]) {
+    func appendType(to body: inout [UInt8]) {
         EventEncoder.appendJSONString(row.type, to: &body)
     }
 
     /// Appends the anonymous id as a JSON string, or `null` without an
     /// identity.
-    public func appendAnonymousID(to body: inout [UInt8]) {
+    func appendAnonymousID(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.anonymousID, to: &body)
     }
 
     /// Appends the user id as a JSON string, or `null` without one.
-    public func appendUserID(to body: inout [UInt8]) {
+    func appendUserID(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.userID, to: &body)
     }
 
     /// Appends the target (a group's id, an alias's previous id) as a JSON
     /// string, or `null` without one.
-    public func appendTarget(to body: inout [UInt8]) {
+    func appendTarget(to body: inout [UInt8]) {
         Self.appendStringOrNull(row.target, to: &body)
     }
 
     /// Appends the identity's traits: a JSON object, as stored (`{}` without
     /// an identity).
-    public func appendTraits(to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendTraits(to body: inout [UInt8]) {
         if let traits = row.traits { body.append(contentsOf: traits) } else { body.append(literal: "{}") }
     }
 
     /// Appends the context: a JSON object, as stored (`{}` without one).
-    public func appendContext(to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public func appendContext(to body: inout [UInt8]) {
         if let context = row.context { body.append(contentsOf: context) } else { body.append(literal: "{}") }
     }
 
@@ -189,7 +232,7 @@ extension BatchFormat {
     ///
     /// - Returns: whether it appended any member.
     @discardableResult
-    public func appendContextMembers(to body: inout [UInt8]) -> Bool {
+    @_spi(FormatAuthoring) public func appendContextMembers(to body: inout [UInt8]) -> Bool {
         guard let context = row.context, context.count > 2 else { return false }
         body.append(contentsOf: context[1..<(context.count - 1)])
         return true
@@ -229,12 +272,12 @@ extension BatchFormat {
     }
 
     /// Appends `string` as a JSON string literal, escaped per RFC 8259.
-    public static func appendJSONString(_ string: String, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public static func appendJSONString(_ string: String, to body: inout [UInt8]) {
         EventEncoder.appendJSONString(string, to: &body)
     }
 
     /// Appends `date` as a JSON string: ISO 8601 in UTC with milliseconds.
-    public static func appendTimestamp(_ date: Date, to body: inout [UInt8]) {
+    @_spi(FormatAuthoring) public static func appendTimestamp(_ date: Date, to body: inout [UInt8]) {
         body.append(UInt8(ascii: "\""))
         ISO8601Milliseconds.append(date, to: &body)
         body.append(UInt8(ascii: "\""))

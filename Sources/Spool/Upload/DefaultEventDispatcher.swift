@@ -5,65 +5,32 @@ import SpoolStorage
     import FoundationNetworking
 #endif
 
-/// The built-in dispatcher: batching rules, storage choice, the collector's
-/// batch format, and how requests are made.
+/// The built-in dispatcher: storage choice, the collector's batch format,
+/// and how requests are made.
 ///
-/// The engine's uploader builds batches from the log by size (`batchSize`)
-/// and by timer (`timerInterval`), writes each in `format`, gzips it when the
-/// format and `request.compression` say so, adds the headers, and sends it
-/// through the transport: Spool's own URLSession-based one, or yours.
+/// The engine's uploader builds batches from the log by size
+/// (``EngineConfiguration/batchSize``) and by timer
+/// (``EngineConfiguration/uploadInterval``), writes each in `format`, gzips
+/// it when the format and `request.compression` say so, adds the headers,
+/// and sends it through the transport: Spool's own URLSession-based one, or
+/// yours.
 ///
 /// ```swift
 /// let dispatcher = DefaultEventDispatcher(
-///     batchSize: 100,
 ///     format: try .segment(writeKey: "…", anonymousId: installationID),
 ///     request: UploadRequestOptions(allowsConstrainedNetworkAccess: false))
 /// ```
-///
-/// Parameters follow these rules (each is tested):
-/// - `batchSize`: default 10; 1 sends each event alone; 0 or less uses the
-///   default. A format's own per-request limit also applies.
-/// - `timerInterval`: default 60 s; 0 sends as soon as events are committed;
-///   negative uses the default.
-/// - `maxQueueSize`: default 10 000; below 100 uses the default; below
-///   `batchSize` is raised to `batchSize`. When the queue is full the **oldest**
-///   events give way (fresh events matter most to analytics and survey
-///   rules); the caller is never blocked, and every dropped event is counted
-///   (``UploadStatistics/dropped`` and the `dropped` column of `consumer_lag`).
-public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
-    // The defaults, named once for the initializers' signatures (hence
-    // @usableFromInline) and for the engine; the initializers document them.
-    /// Events per request unless you pass another size: 10.
-    @usableFromInline static let defaultBatchSize = 10
-    /// Seconds between timer-driven uploads unless you pass another: 60.
-    @usableFromInline static let defaultTimerInterval: TimeInterval = 60
-    /// Events the queue keeps for upload unless you pass another: 10,000.
-    @usableFromInline static let defaultMaxQueueSize = 10_000
+public final class DefaultEventDispatcher: EventDispatcher {
     /// The database file's name unless you pass another: `OPTEventQueue`
     /// (`OPTEventQueue.sqlite`).
     @usableFromInline static let defaultDataStoreName = "OPTEventQueue"
 
-    /// The most events in one request (a format's own limit may lower it).
-    public let batchSize: Int
-    /// Where the queue is kept: a file (the default) or memory.
-    ///
-    /// Read by ``EngineConfiguration/uploading(to:dispatcher:in:)``, which
-    /// turns it and ``dataStoreName`` into the configuration's `database`. A
-    /// configuration that sets `database` itself keeps that location; if
-    /// these ask for another one (not their default), `start()` throws
-    /// ``SpoolError/invalidConfiguration(_:)`` rather than ignore them.
-    public let backingStore: DataStoreType
-    /// The database file's name, without `.sqlite`. Read as
-    /// ``backingStore`` is.
-    public let dataStoreName: String
-    /// Seconds between timer-driven uploads; 0 uploads as soon as events
-    /// are committed.
-    public let timerInterval: TimeInterval
-    /// The most events kept for upload; past it the oldest give way, counted
-    /// in ``UploadStatistics/dropped``. While the engine uploads (its
-    /// configuration has a `collectorURL`), this is the log's retention
-    /// bound, in place of ``EngineConfiguration/maximumRetainedEvents``.
-    public let maxQueueSize: Int
+    /// Where the queue is kept: a file (the default) or memory. Read by
+    /// ``EngineConfiguration/uploading(to:dispatcher:in:)``, which turns it
+    /// and `dataStoreName` into the configuration's `database`.
+    let backingStore: DataStoreType
+    /// The database file's name, without `.sqlite`. Read as `backingStore` is.
+    let dataStoreName: String
     /// Seconds before a request with no answer counts as failed.
     let requestTimeout: TimeInterval
     /// How batches are written and what the collector's answers mean.
@@ -78,19 +45,16 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// A dispatcher that sends with Spool's URLSession-based transport.
     ///
     /// - Parameters:
-    ///   - batchSize: the most events in one request (default 10); 0 or
-    ///     less uses the default.
     ///   - backingStore: where the queue is kept (``DataStoreType``), through
-    ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``; see
-    ///     ``backingStore`` for a configuration that sets its own `database`.
+    ///     ``EngineConfiguration/uploading(to:dispatcher:in:)``. A
+    ///     configuration that sets `database` itself keeps that location; if
+    ///     this and `dataStoreName` ask for another one (not their default),
+    ///     `start()` throws
+    ///     ``SpoolError/conflictingDatabaseLocation(configured:requested:)``
+    ///     rather than ignore them.
     ///   - dataStoreName: the database file's name, without `.sqlite`
     ///     (default `OPTEventQueue`); empty uses the default. Read as
     ///     `backingStore` is.
-    ///   - timerInterval: seconds between timer-driven uploads (default 60);
-    ///     0 uploads as soon as events are committed; negative uses the
-    ///     default.
-    ///   - maxQueueSize: the most events kept for upload (default 10,000);
-    ///     below 100 uses the default, below `batchSize` is raised to it.
     ///   - requestTimeout: seconds before a request with no answer counts as
     ///     failed (its events are retried).
     ///   - format: the collector's batch format: `.spool`
@@ -109,11 +73,8 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     ///     initializer, part of the transport authors' interface
     ///     (`@_spi(TransportAuthoring) import Spool`).
     public convenience init(
-        batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
         dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
-        timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
-        maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
         format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
@@ -121,8 +82,7 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     ) {
         let timeout = Self.clampedTimeout(requestTimeout)
         self.init(
-            batchSize: batchSize, backingStore: backingStore, dataStoreName: dataStoreName,
-            timerInterval: timerInterval, maxQueueSize: maxQueueSize, requestTimeout: timeout, format: format,
+            backingStore: backingStore, dataStoreName: dataStoreName, requestTimeout: timeout, format: format,
             request: request, transport: HTTPTransport(requestTimeout: timeout, configuration: sessionConfiguration))
     }
 
@@ -130,23 +90,15 @@ public final class DefaultEventDispatcher: EventDispatcher, BatchingPolicy {
     /// writes the format, gzips, adds the headers, retries, splits and
     /// dead-letters; the transport only moves each request.
     @_spi(TransportAuthoring) public init(
-        batchSize: Int = DefaultEventDispatcher.defaultBatchSize,
         backingStore: DataStoreType = .file,
         dataStoreName: String = DefaultEventDispatcher.defaultDataStoreName,
-        timerInterval: TimeInterval = DefaultEventDispatcher.defaultTimerInterval,
-        maxQueueSize: Int = DefaultEventDispatcher.defaultMaxQueueSize,
         requestTimeout: TimeInterval = 30,
         format: some BatchFormat = .spool,
         request: UploadRequestOptions = UploadRequestOptions(),
         transport: any UploadTransport
     ) {
-        let batchSize = batchSize <= 0 ? Self.defaultBatchSize : batchSize
-        self.batchSize = batchSize
         self.backingStore = backingStore
         self.dataStoreName = dataStoreName.isEmpty ? Self.defaultDataStoreName : dataStoreName
-        self.timerInterval = timerInterval < 0 || !timerInterval.isFinite ? Self.defaultTimerInterval : timerInterval
-        let queueSize = maxQueueSize < 100 ? Self.defaultMaxQueueSize : maxQueueSize
-        self.maxQueueSize = max(queueSize, batchSize)
         self.requestTimeout = Self.clampedTimeout(requestTimeout)
         self.transport = transport
         client = UploadClient(

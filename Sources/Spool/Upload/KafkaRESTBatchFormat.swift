@@ -6,15 +6,20 @@ import Foundation
 ///
 /// ```json
 /// {"records":[{"key":"u-42","value":{"id":"0190f3a2-…","type":"track","name":"purchase",
-///   "timestamp":"2026-11-29T10:15:30.123Z","session":"0190f3a1-…","parameters":{"amount":9.99},
-///   "anonymousId":"4f6e…","userId":"u-42"}}, …]}
+///   "timestamp":"2026-11-29T10:15:30.123Z","age":879,"sentAt":"2026-11-29T10:15:31.002Z",
+///   "session":"0190f3a1-…","parameters":{"amount":9.99},"anonymousId":"4f6e…","userId":"u-42"}}, …]}
 /// ```
 ///
 /// The record `key` is chosen by ``Key`` (``BatchFormat/kafkaREST(key:)``):
 /// by default the user id the event was recorded for, else its anonymous id,
 /// so one user's events land on one partition, in order, across sessions; or
 /// the session id. The `value` is the event as ``SpoolBatchFormat`` writes
-/// it. Sent as
+/// it, with the request's `sentAt`: the request's envelope does not reach the
+/// topic, so each record carries what corrects the device's clock. A consumer
+/// puts the event on the proxy's clock as the record's Kafka timestamp (set
+/// when the proxy produced it) less `age` (see <doc:Uploading>). The loss the
+/// request reports is in its `X-Spool-Loss` header, which the proxy does not
+/// pass on: a gateway in front of it reads it. Sent as
 /// `application/vnd.kafka.json.v2+json` asking for
 /// `application/vnd.kafka.v2+json`, and **not gzipped** by default:
 /// Confluent's proxy cannot read gzipped request bodies (it answers with a
@@ -74,7 +79,7 @@ public struct KafkaRESTBatchFormat: BatchFormat {
             event.appendSession(to: &body)
         }
         body.append(literal: #","value":"#)
-        SpoolBatchFormat.appendObject(event, to: &body)
+        SpoolBatchFormat.appendObject(event, sentAt: true, to: &body)
         body.append(UInt8(ascii: "}"))
     }
 

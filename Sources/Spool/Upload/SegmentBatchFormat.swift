@@ -18,8 +18,10 @@ import Foundation
 ///   an `identify` carries `traits`; a `group` carries `groupId` and
 ///   `traits`; an `alias` carries `previousId`. `messageId` is the event id
 ///   (Segment deduplicates on it), `timestamp` when it was recorded and
-///   `sentAt` when the request was built (Segment corrects the device's
-///   clock with the two).
+///   `sentAt` when the request was built, both on the device's clock:
+///   Segment corrects the device's clock with the two, as receivedAt −
+///   (`sentAt` − `timestamp`) (see <doc:Uploading>). The loss the request
+///   reports is in its `X-Spool-Loss` header.
 /// - `anonymousId`, `userId` and `context` are the ones the event was
 ///   recorded with (``EventEngine/identify(userId:traits:)``,
 ///   ``EventEngine/setContext(_:)``), whoever is signed in at upload time.
@@ -75,7 +77,7 @@ public struct SegmentBatchFormat: BatchFormat {
     /// makes; the parameters are documented there.
     init(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
-    ) throws(EventValidationError) {
+    ) throws(SpoolError) {
         self.writeKey = writeKey
         self.anonymousId = anonymousId
         self.userId = userId
@@ -182,12 +184,12 @@ extension BatchFormat where Self == SegmentBatchFormat {
     ///   - context: Segment's `context` object for events stored without a
     ///     context, encoded once here. `sessionId` is Spool's and is
     ///     replaced.
-    /// - Throws: ``EventValidationError`` when `context` holds a value Spool
+    /// - Throws: ``SpoolError/invalidEvent(_:)`` when `context` holds a value Spool
     ///   cannot encode (a non-finite number, a date out of range, nesting
     ///   too deep).
     public static func segment(
         writeKey: String, anonymousId: String = "", userId: String? = nil, context: [String: EventValue] = [:]
-    ) throws(EventValidationError) -> SegmentBatchFormat {
+    ) throws(SpoolError) -> SegmentBatchFormat {
         try SegmentBatchFormat(writeKey: writeKey, anonymousId: anonymousId, userId: userId, context: context)
     }
 }

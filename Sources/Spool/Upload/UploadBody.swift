@@ -1,11 +1,58 @@
 import Foundation
 import SpoolStorage
 
+/// When a body is built, on which clocks: its `sentAt`, and what each
+/// event's age is measured from.
+struct BatchClock: Sendable {
+    /// The wall clock's seconds since 1970.
+    let sentAt: Double
+    /// `sentAt` in whole milliseconds, as the body writes it.
+    let sentAtMilliseconds: Int64
+    /// `sentAt` as the body writes it, `"2026-11-29T10:15:31.002Z"`: its 26
+    /// bytes, formatted once for every record that repeats it (a Kafka
+    /// REST record's value), held inline.
+    private let sentAtText: (UInt64, UInt64, UInt64, UInt16)
+    /// The launch building the body (``EventLog/Launch``) and its monotonic
+    /// clock's reading now, in milliseconds from its origin; nil without a
+    /// monotonic clock.
+    let launch: (id: Int64, now: Int64)?
+
+    init(sentAt: Double, launch: (id: Int64, now: Int64)? = nil) {
+        self.sentAt = sentAt
+        sentAtMilliseconds = EventLog.Launch.milliseconds(sentAt)
+        var text: [UInt8] = []
+        BatchEvent.appendTimestamp(Date(timeIntervalSince1970: sentAt), to: &text)
+        var inline: (UInt64, UInt64, UInt64, UInt16) = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &inline) { $0.copyBytes(from: text.prefix(26)) }
+        sentAtText = inline
+        self.launch = launch
+    }
+
+    /// Appends `sentAt` as a JSON string.
+    func appendSentAt(to body: inout [UInt8]) {
+        withUnsafeBytes(of: sentAtText) { body.append(contentsOf: $0) }
+    }
+
+    /// Now, on `clock`, for a body `launch` builds.
+    init(_ clock: any SpoolClock, launch: EventLog.Launch?) {
+        let reading = launch.flatMap { launch in clock.monotonic.map { (launch.id, launch.milliseconds(at: $0)) } }
+        self.init(sentAt: clock.now, launch: reading)
+    }
+}
+
+/// A format whose body carries the loss a request reports (Spool's own);
+/// every other format's requests carry it in the `X-Spool-Loss` header.
+protocol LossReportingFormat: BatchFormat {
+    /// Appends what comes before the first event, `loss` among it.
+    func appendPrologue(sentAt: Date, loss: LossCounts, to body: inout [UInt8])
+}
+
 /// An upload request body under construction: `format`'s prologue, the
 /// events it writes (comma-separated), its epilogue; built by splicing the
 /// stored bytes, never more than `maximumBytes` before compression.
 struct UploadBody<Format: BatchFormat> {
     private let format: Format
+    private let clock: BatchClock
     private var bytes: [UInt8] = []
     /// Written once at the start: its size is part of every bound check.
     private let epilogue: [UInt8]
@@ -13,6 +60,9 @@ struct UploadBody<Format: BatchFormat> {
     private let maximumEventBytes: Int
     /// Events in the body so far.
     private(set) var count = 0
+    /// Whether the body carries the loss it was given (else the request's
+    /// header does).
+    let carriesLoss: Bool
 
     /// What ``append(_:)`` did with an event.
     enum Appended {
@@ -24,27 +74,37 @@ struct UploadBody<Format: BatchFormat> {
         case oversized(bytes: Int)
     }
 
-    init(format: Format, sentAt: Date = Date(), maximumBytes: Int, capacity: Int = 4_096) {
+    init(
+        format: Format, clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int, capacity: Int = 4_096
+    ) {
         self.format = format
+        self.clock = clock
         self.maximumBytes = maximumBytes
         maximumEventBytes = format.maximumEventBytes ?? .max
+        let sentAt = Date(timeIntervalSince1970: clock.sentAt)
         var epilogue: [UInt8] = []
         format.appendEpilogue(sentAt: sentAt, to: &epilogue)
         self.epilogue = epilogue
         bytes.reserveCapacity(capacity)
-        format.appendPrologue(sentAt: sentAt, to: &bytes)
+        if let reporting = format as? any LossReportingFormat {
+            reporting.appendPrologue(sentAt: sentAt, loss: loss, to: &bytes)
+            carriesLoss = true
+        } else {
+            format.appendPrologue(sentAt: sentAt, to: &bytes)
+            carriesLoss = false
+        }
     }
 
     /// Adds one event, unless the body would pass `maximumBytes` (the first
     /// event is always taken: one event is at most
-    /// ``EventLimits/maximumEncodedBytes`` plus its envelope, well under
+    /// ``EventValue/maximumEncodedBytes`` plus its envelope, well under
     /// Spool's bound) or the event is over the format's per-event limit.
     mutating func append(_ row: EventRowView) -> Appended {
         // Written in place and taken back if it does not fit: one copy, not two.
         let mark = bytes.count
         if count > 0 { bytes.append(UInt8(ascii: ",")) }
         let start = bytes.count
-        format.append(BatchEvent(row), to: &bytes)
+        format.append(BatchEvent(row, clock: clock), to: &bytes)
         let eventBytes = bytes.count - start
         if eventBytes > maximumEventBytes {
             bytes.removeSubrange(mark...)
@@ -75,6 +135,13 @@ struct UploadBatch: Sendable {
     let firstID: String
     let lastID: String
     let idsJSON: String
+    /// The loss the request reports, and whether its body carries it.
+    var loss = LossCounts()
+    var lossInBody = false
+
+    /// The `X-Spool-Loss` header's value, when the body does not carry the
+    /// loss.
+    var lossHeader: String? { lossInBody ? nil : loss.headerValue }
 
     var count: Int { positions.count }
     var first: Int64 { positions[0] }
@@ -100,41 +167,44 @@ extension UploadBatch {
     /// format through the protocol.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, anyFormat format: any BatchFormat,
-        maximumBytes: Int = .max, now: Double, from connection: Connection
+        clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         switch format {
         case let spool as SpoolBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: spool, maximumBytes: maximumBytes,
-                now: now, from: connection)
+                after: position, through: last, limit: limit, format: spool, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         case let segment as SegmentBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: segment, maximumBytes: maximumBytes,
-                now: now, from: connection)
+                after: position, through: last, limit: limit, format: segment, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         case let kafka as KafkaRESTBatchFormat:
             return try read(
-                after: position, through: last, limit: limit, format: kafka, maximumBytes: maximumBytes,
-                now: now, from: connection)
+                after: position, through: last, limit: limit, format: kafka, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         default:
             return try read(
-                after: position, through: last, limit: limit, format: format, maximumBytes: maximumBytes,
-                now: now, from: connection)
+                after: position, through: last, limit: limit, format: format, clock: clock, loss: loss,
+                maximumBytes: maximumBytes, from: connection)
         }
     }
 
     /// Builds the next batch straight from the rows after `position` and up
     /// to `last` (no intermediate Strings): up to `limit` events, under
-    /// `maximumBytes` and `format`'s own limits. Nil when no event is there.
+    /// `maximumBytes` and `format`'s own limits, built at `clock`'s time and
+    /// reporting `loss`. Nil when no event is there.
     static func read(
         after position: Int64, through last: Int64 = .max, limit: Int, format: some BatchFormat,
-        maximumBytes: Int = .max, now: Double, from connection: Connection
+        clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
         // Room for a batch of typical events without growing (a Segment call
         // with its context is about 700 bytes), never past the bound.
         var body = UploadBody(
-            format: format, maximumBytes: maximumBytes, capacity: min(maximumBytes, limit * 1_024 + 256))
+            format: format, clock: clock, loss: loss, maximumBytes: maximumBytes,
+            capacity: min(maximumBytes, limit * 1_024 + 256))
+        let lossInBody = body.carriesLoss
         var positions: [Int64] = []
         positions.reserveCapacity(limit)
         var oversized: Read?
@@ -142,7 +212,7 @@ extension UploadBatch {
         var lastID: [UInt8] = []  // reused: no allocation per event
         var ids: [UInt8] = [UInt8(ascii: "[")]
         ids.reserveCapacity(limit * 39 + 2)
-        try connection.forEachEventRow(after: position, limit: limit, now: now) { row in
+        try connection.forEachEventRow(after: position, limit: limit, now: clock.sentAt) { row in
             guard row.seq <= last else { return false }
             switch body.append(row) {
             case .added:
@@ -172,6 +242,7 @@ extension UploadBatch {
             UploadBatch(
                 body: body.finish(), positions: positions, firstID: firstID,
                 lastID: String(decoding: lastID, as: UTF8.self),
-                idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self)))
+                idsJSON: String(decoding: ids + [UInt8(ascii: "]")], as: UTF8.self), loss: loss,
+                lossInBody: lossInBody))
     }
 }

@@ -79,20 +79,30 @@ struct UploadClient: Sendable {
         }
     }
 
-    /// Which batch a request carries, and how many times it went before:
-    /// the `Idempotency-Key` and `X-Retry-Count` headers, so a collector
-    /// can tell a retry from new events and take it once.
+    /// Which batch a request carries, how many times it went before, and
+    /// the loss it reports: the `Idempotency-Key`, `X-Retry-Count` and
+    /// `X-Spool-Loss` headers, so a collector can tell a retry from new
+    /// events, take it once, and see what the device lost.
     struct Tag: Sendable, Hashable {
         /// The same on every send of the same events (``UploadBatch/key``).
         var batchID: String
         /// Sends of this batch before this one.
         var retries: Int
+        /// The `X-Spool-Loss` value (``UploadBatch/lossHeader``); nil when
+        /// the body carries the loss.
+        var loss: String?
     }
 
     /// The header naming the batch a request carries.
     static let idempotencyHeader = "Idempotency-Key"
     /// The header counting the sends of the batch before this one.
     static let retryCountHeader = "X-Retry-Count"
+    /// The header with the loss a request reports, for a format whose body
+    /// does not carry it.
+    static let lossHeader = "X-Spool-Loss"
+
+    /// Whether the format's bodies carry the loss a request reports.
+    var writesLossInBody: Bool { format is any LossReportingFormat }
 
     /// Builds the request for `body` (asking the header provider, gzipping
     /// when `compress`) and sends it through `transport`.
@@ -140,6 +150,7 @@ struct UploadClient: Sendable {
         if let tag {
             headers[Self.idempotencyHeader] = tag.batchID
             headers[Self.retryCountHeader] = String(tag.retries)
+            if let loss = tag.loss { headers[Self.lossHeader] = loss }
         }
         return UploadRequest(
             url: url, headers: headers, body: body, eventCount: eventCount, timeout: requestTimeout,

@@ -7,8 +7,8 @@ public struct UploadStatistics: Sendable, Hashable {
     /// Events the queue bound dropped before they could be uploaded.
     public var dropped: Int
     /// Events the count bound dropped, ever, before every consumer had them
-    /// (``EngineConfiguration/maximumRetainedEvents`` or the dispatcher's
-    /// `maxQueueSize`). Read from the database: every process sharing the
+    /// (``EngineConfiguration/maximumRetainedEvents``). Read from the
+    /// database: every process sharing the
     /// file counts here.
     public var droppedOverCount: Int
     /// Events the byte bound dropped, ever

@@ -76,25 +76,25 @@ package protocol CallbackUploadTransport: UploadTransport {
 /// One upload, ready to go on the wire: a POST of `body` to `url`.
 @_spi(TransportAuthoring) public struct UploadRequest: Sendable, Hashable {
     /// The collector endpoint (the engine's `collectorURL`).
-    public var url: URL
+    @_spi(TransportAuthoring) public var url: URL
     /// Every header to send, `Content-Type` included; `Content-Encoding: gzip`
     /// when the body is compressed.
-    public var headers: [String: String]
+    @_spi(TransportAuthoring) public var headers: [String: String]
     /// The bytes to send, exactly.
-    public var body: Data
+    @_spi(TransportAuthoring) public var body: Data
     /// How many events the body carries.
-    public var eventCount: Int
+    @_spi(TransportAuthoring) public var eventCount: Int
     /// Seconds to wait for the answer.
-    public var timeout: TimeInterval
+    @_spi(TransportAuthoring) public var timeout: TimeInterval
     /// False: do not send over a network the system marks as expensive
     /// (cellular, a personal hotspot). Apple platforms only.
-    public var allowsExpensiveNetworkAccess: Bool
+    @_spi(TransportAuthoring) public var allowsExpensiveNetworkAccess: Bool
     /// False: do not send while the user has turned on Low Data Mode. Apple
     /// platforms only.
-    public var allowsConstrainedNetworkAccess: Bool
+    @_spi(TransportAuthoring) public var allowsConstrainedNetworkAccess: Bool
 
     /// A request as Spool builds it (or a test does).
-    public init(
+    @_spi(TransportAuthoring) public init(
         url: URL, headers: [String: String], body: Data, eventCount: Int, timeout: TimeInterval = 30,
         allowsExpensiveNetworkAccess: Bool = true, allowsConstrainedNetworkAccess: Bool = true
     ) {
@@ -108,51 +108,53 @@ package protocol CallbackUploadTransport: UploadTransport {
     }
 
     /// The value of header `name`, compared case-insensitively.
-    public func value(forHeader name: String) -> String? {
+    @_spi(TransportAuthoring) public func value(forHeader name: String) -> String? {
         HTTPHeaders.value(name, in: headers)
     }
 }
 
 /// A collector's answer to an upload: what a transport returns and what a
 /// batch format's verdict reads.
-@_spi(FormatAuthoring) @_spi(TransportAuthoring)
-public struct UploadResponse: Sendable, Hashable {
+@_spi(FormatAuthoring) @_spi(TransportAuthoring) public struct UploadResponse: Sendable, Hashable {
     /// The most of a response body Spool keeps: enough for the per-record
     /// results of a few thousand records.
-    public static let maximumBodyBytes = 1 << 20
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public static let maximumBodyBytes = 1 << 20
 
     /// The HTTP status.
-    public var status: Int
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public var status: Int
     /// The response headers.
-    public var headers: [String: String]
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public var headers: [String: String]
     /// The start of the response body (at most ``maximumBodyBytes``).
-    public var body: Data
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public var body: Data
     /// Spool's own explanation, when its transport stopped a redirect.
     var note: String?
 
     /// An answer with `status`, `headers` and the start of `body` (cut at
     /// ``maximumBodyBytes``).
-    public init(status: Int, headers: [String: String] = [:], body: Data = Data()) {
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public init(
+        status: Int, headers: [String: String] = [:], body: Data = Data()
+    ) {
         self.status = status
         self.headers = headers
         self.body = body.count > Self.maximumBodyBytes ? body.prefix(Self.maximumBodyBytes) : body
     }
 
     /// The answer in `response`, with the start of `body`.
-    public init(_ response: HTTPURLResponse, body: Data?) {
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public init(_ response: HTTPURLResponse, body: Data?) {
         var headers: [String: String] = [:]
         for case (let name as String, let value as String) in response.allHeaderFields { headers[name] = value }
         self.init(status: response.statusCode, headers: headers, body: body ?? Data())
     }
 
     /// The value of header `name`, compared case-insensitively.
-    public func value(forHeader name: String) -> String? {
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public func value(forHeader name: String) -> String? {
         HTTPHeaders.value(name, in: headers)
     }
 
     /// `Retry-After`, in seconds: delta-seconds or an HTTP date.
-    public var retryAfter: TimeInterval? {
-        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"))
+    @_spi(FormatAuthoring) @_spi(TransportAuthoring) public var retryAfter: TimeInterval? {
+        // clock-exempt: a real deadline, an HTTP date is a moment on the server's real clock.
+        HTTPHeaders.retryAfter(value(forHeader: "Retry-After"), now: Date())
     }
 
     /// The body as text for a log line or a dead-letter reason: at most
@@ -171,7 +173,7 @@ extension UploadRequest {
     /// A `URLRequest` for `URLSession.upload(for:from:)`: POST, every header,
     /// the timeout and (on Apple platforms) the network policy. The body is
     /// not set: pass ``body`` to the upload call.
-    public var urlRequest: URLRequest {
+    @_spi(TransportAuthoring) public var urlRequest: URLRequest {
         var request = URLRequest(
             url: url, cachePolicy: .reloadIgnoringLocalCacheData,
             timeoutInterval: HTTPTransport.effectiveTimeout(timeout))
@@ -208,7 +210,7 @@ enum HTTPHeaders {
     }
 
     /// `Retry-After` as seconds: either delta-seconds or an HTTP date.
-    static func retryAfter(_ header: String?, now: Date = Date()) -> TimeInterval? {
+    static func retryAfter(_ header: String?, now: Date) -> TimeInterval? {
         guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
         if let seconds = TimeInterval(header) { return seconds.isFinite ? max(0, seconds) : nil }
         let formatter = DateFormatter()

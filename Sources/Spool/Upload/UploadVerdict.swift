@@ -37,7 +37,7 @@ import Foundation
     case perEvent([EventResult])
 
     /// What the collector said about one event.
-    public enum EventResult: Sendable, Hashable {
+    @_spi(FormatAuthoring) public enum EventResult: Sendable, Hashable {
         /// The collector took it.
         case accepted
         /// A failure that may pass if the event is sent again.
@@ -61,7 +61,7 @@ import Foundation
     /// gzip body answered 400 or 415 is sent once more uncompressed (with
     /// ``UploadCompression/automatic``); a 1xx or 3xx keeps the events; only
     /// a 2xx is delivery.
-    public static func standard(for response: UploadResponse) -> UploadVerdict {
+    @_spi(FormatAuthoring) public static func standard(for response: UploadResponse) -> UploadVerdict {
         let status = response.status
         if (200..<300).contains(status) { return .accepted }  // the common case: no reason to build
         let reason = describe(response)
@@ -74,7 +74,7 @@ import Foundation
     }
 
     /// `HTTP <status>: <start of the body>`, for reasons.
-    public static func describe(_ response: UploadResponse) -> String {
+    @_spi(FormatAuthoring) public static func describe(_ response: UploadResponse) -> String {
         "HTTP \(response.status)" + (response.message().map { ": " + $0 } ?? "")
     }
 }

@@ -41,7 +41,7 @@ extension Uploader {
         defer { if let prepared { discard(prepared) } }
         // `pauses`: erasure, a consent withdrawal or a pause waits for the
         // request in flight only.
-        while !closed, pauses == 0 {
+        while schedule.passMayContinue {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if uploaded == nil, let outcome = try await settleNextReport() {
                 if case .uploaded(let first, let last, let batchID) = outcome {
@@ -49,12 +49,14 @@ extension Uploader {
                 }
                 continue
             }
-            if !force, !networkAvailable { break }  // the path's return triggers the next pass
-            if !policyAllows {
-                if force { throw UploadError.retryable(Self.meteredReason) }
-                break  // an unmetered path triggers the next pass
+            // Offline, metered under the policy, backing off: what lifts
+            // the hold (the path, the policy, the retry timer) triggers the
+            // next pass.
+            switch schedule.gate(force: force, now: now) {
+            case .go: break
+            case .endPass: return try saveAndEnd(uploaded, settled)
+            case .refuse(let reason): throw SpoolError.uploadDeferred(reason: reason)
             }
-            if !force, let retryAt, retryAt > now { break }  // the retry timer comes back
             let ready = try takePrepared(&prepared, after: uploaded)
             let step: Step
             if let ready {
@@ -71,7 +73,9 @@ extension Uploader {
             case .heldElsewhere(let lease):
                 throw heldElsewhere(lease)
             case .paused:
-                if force { throw UploadError.retryable(Self.pausedReason) }
+                if case .refuse(let reason) = schedule.pausedInDatabase(force: force) {
+                    throw SpoolError.uploadDeferred(reason: reason)
+                }
                 return
             case .oversized(let position, let bytes):
                 try deadLetterOversized(at: position, bytes: bytes)
@@ -97,6 +101,12 @@ extension Uploader {
                 if sent.accepted { uploaded = (batch.first, batch.last) }
             }
         }
+        try saveAndEnd(uploaded, settled)
+    }
+
+    /// The pass ends: saves what the collector took, if anything, or the
+    /// records of its requests.
+    private func saveAndEnd(_ uploaded: (first: Int64, last: Int64)?, _ settled: String?) throws {
         if let uploaded { _ = try saveAndRead(uploaded, handoff: settled, read: false) } else { try saveNotes() }
     }
 
@@ -108,7 +118,7 @@ extension Uploader {
     ) throws {
         _ = try saveAndRead(uploaded, handoff: settled, read: false)
         guard force, let handoff else { return }
-        throw UploadError.retryable(
+        throw SpoolError.uploadDeferred(reason: 
             "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
                 + "they are settled when it reports")
     }
@@ -118,14 +128,14 @@ extension Uploader {
     /// (the salvage closed them up). The batch is read and sent again.
     func checkSameFileAsRead() throws {
         guard log.database.fileGeneration == readGeneration else {
-            throw UploadError.retryable("the database file was salvaged while a batch was in flight; it is sent again")
+            throw SpoolError.uploadDeferred(reason: "the database file was salvaged while a batch was in flight; it is sent again")
         }
     }
 
     /// Another process holds the lease: retry when it is free.
-    func heldElsewhere(_ lease: ConsumerLease) -> UploadError {
-        retryWhenFree(lease)
-        return UploadError.retryable("another process (\(lease.owner)) is uploading")
+    func heldElsewhere(_ lease: ConsumerLease) -> SpoolError {
+        armRetryTimer(schedule.leaseHeldElsewhere(until: lease.expires, now: now))
+        return SpoolError.uploadDeferred(reason: "another process (\(lease.owner)) is uploading")
     }
 
     /// In one transaction: saves the uploader's position at `through`
@@ -163,6 +173,7 @@ extension Uploader {
     func save(_ uploaded: (first: Int64, last: Int64)?, handoff: String?, thenRead point: ReadPoint?) throws -> Step {
         let (consumer, owner, settings, format) = (Self.consumerID, self.owner, self.settings, client.format)
         let records = unsavedRecords
+        let lossCounted = signals.withLock { $0.lossCounted }
         let (step, position, head, passed, wroteRecords, settled) = try log.database.onQueue { connection in
             try connection.transaction { () -> (Step, Int64, Int64, Int64, Bool, Bool) in
                 var passed: Int64 = 0
@@ -175,6 +186,9 @@ extension Uploader {
                     try connection.advanceConsumerInTransaction(consumer, to: uploaded.last)
                     // The hand-off is settled with its position: never twice.
                     if let handoff { settled = try connection.deleteHandoff(handoff) }
+                    // And the loss the request reported, in the same transaction.
+                    if lossCounted { try connection.settleLoss(accepted: uploaded.first, through: uploaded.last) }
+                    try connection.forgetBatchBounds(through: uploaded.last)
                 }
                 let position = try connection.position(of: consumer) ?? 0
                 let head = try connection.headPosition()
@@ -215,9 +229,10 @@ extension Uploader {
             return .empty
         }
         let ending = point == .atPosition
-        // One query for the pause and the hand-offs: both are rare, and this
-        // runs for every batch.
+        // One query for the pause, the hand-offs and the loss to report:
+        // all are rare, and this runs for every batch.
         let gates = try connection.uploadGates()
+        signals.withLock { $0.lossCounted = gates.lossCounted }
         if gates.paused {
             if ending { try connection.releaseLease(consumer, owner: owner) }
             return .paused
@@ -230,10 +245,23 @@ extension Uploader {
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         var after = position
         if case .after(let last) = point { after = max(position, last) }
+        // A batch read before from the same first event ends where it did:
+        // a retry carries the same events under the same key (W3).
+        let bound = try connection.batchBound(after: after)
+        guard let first = bound.first else {
+            if ending { try connection.releaseLease(consumer, owner: owner) }
+            return .empty
+        }
+        // What the request reports: read in this transaction, which records
+        // it as this request's (see `lossToCarry`).
+        let loss = gates.lossCounted ? try connection.lossToCarry(from: first) : LossCounts()
         switch try UploadBatch.read(
-            after: after, limit: settings.batchSize, anyFormat: format, now: now, from: connection)
+            after: after, through: bound.through ?? .max, limit: settings.batchSize, anyFormat: format,
+            clock: batchClock(), loss: loss, from: connection)
         {
-        case .batch(let batch)?: return .batch(batch)
+        case .batch(let batch)?:
+            try connection.noteBatchBound(first: batch.first, last: batch.last)
+            return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
             if ending { try connection.releaseLease(consumer, owner: owner) }

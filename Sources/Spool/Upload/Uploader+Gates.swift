@@ -2,32 +2,20 @@ import Foundation
 import SpoolStorage
 
 /// What holds uploads back besides the collector: the network path, the
-/// upload policy, and a pause the app asked for.
+/// upload policy, and a pause the app asked for. The rules are
+/// ``UploadSchedule``'s (``UploadSchedule/gate(force:now:)``).
 extension Uploader {
-    /// A network path is usable.
-    var networkAvailable: Bool { path.usable }
-
-    /// The policy lets uploads use the path there is.
-    var policyAllows: Bool { policy == .always || !path.metered }
-
     /// The system reported the path. When uploads may go again, what waits
     /// goes out at once: the backoff was for a collector that could not be
     /// reached.
     func networkChanged(_ path: NetworkPathState) {
-        let (before, was) = (networkAvailable && policyAllows, self.path)
-        self.path = path
-        guard path != was, !before, networkAvailable && policyAllows else { return }
-        retryAt = nil
-        retryGeneration += 1
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
+        pull(schedule.networkChanged(path, pending: hasPending))
     }
 
     /// Changes which networks uploads may use; allowed now, what waits goes
     /// out.
     func setPolicy(_ policy: UploadPolicy) {
-        let before = policyAllows
-        self.policy = policy
-        if !before, policyAllows, signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
+        pull(schedule.setPolicy(policy, pending: hasPending))
     }
 
     /// Pauses uploads in the database, for every process using the file
@@ -40,8 +28,7 @@ extension Uploader {
         if !paused { trigger(force: false) }
     }
 
-    static let meteredReason =
-        "the network is metered and uploads use unmetered networks only (UploadPolicy.unmeteredOnly)"
+    static var meteredReason: String { UploadSchedule<Void, Void>.meteredReason }
 
-    static let pausedReason = "uploads are paused (pauseUploads()); resumeUploads() lets them go"
+    static var pausedReason: String { UploadSchedule<Void, Void>.pausedReason }
 }

@@ -95,11 +95,7 @@ extension Uploader {
     /// Waits for a pass that settles the reports received so far (and, in
     /// the background, hands the next batch to the system).
     func settleReceived() async throws {
-        guard !closed else { throw SpoolError.closed }
-        try await withCheckedThrowingContinuation { continuation in
-            waiting.append(continuation)
-            trigger(force: false)
-        }
+        try await waitForPass(force: false)
     }
 
     /// Writes `batch`'s request body to a file, records the hand-off, and
@@ -131,7 +127,7 @@ extension Uploader {
         } catch {
             let reason = "the system did not take the background transfer: \(error)"
             try handoffFailed(handoff.batchID, reason: reason)
-            throw UploadError.retryable(reason)
+            throw SpoolError.uploadDeferred(reason: reason)
         }
     }
 
@@ -150,7 +146,7 @@ extension Uploader {
             guard due else { return .wait }
             let request = try await client.storedRequest(
                 url: settings.url, body: Data(), compressed: handoff.compressed, eventCount: handoff.count,
-                tag: UploadClient.Tag(batchID: handoff.batchID, retries: handoff.sends))
+                tag: try tag(handoff))
             let again = Handoff(
                 batchID: handoff.batchID, session: handoffs.identifier, positions: handoff.positions,
                 bodyFile: handoff.bodyFile, compressed: handoff.compressed, handedAt: now)
@@ -169,9 +165,7 @@ extension Uploader {
             return .next
         }
         try log.database.onQueue { try $0.countHandoffSend(handoff.batchID) }
-        let stored = StoredBody(
-            body: body, compressed: handoff.compressed,
-            tag: UploadClient.Tag(batchID: handoff.batchID, retries: handoff.sends))
+        let stored = StoredBody(body: body, compressed: handoff.compressed, tag: try tag(handoff))
         let exchanged = await exchange(batch, compress: handoff.compressed, stored: stored)
         guard try await act(on: exchanged, for: batch, compress: handoff.compressed, handoff: handoff.batchID) else {
             return .next
@@ -207,18 +201,27 @@ extension Uploader {
         return .uploaded(first: batch.first, last: batch.last, batchID: batchID)
     }
 
+    /// The tag of another send of `handoff`'s body: its batch id, its sends,
+    /// and the loss its first send reported (recorded when it was read).
+    private func tag(_ handoff: Handoff) throws -> UploadClient.Tag {
+        let loss =
+            client.writesLossInBody ? nil : try log.database.onQueue { try $0.carriedLoss(from: handoff.first) }
+        return UploadClient.Tag(batchID: handoff.batchID, retries: handoff.sends, loss: loss?.headerValue)
+    }
+
     /// The batch `handoff` carries, read again for the record and for
-    /// splitting: its positions as sent, its events as they are now; nil when
-    /// none is left.
+    /// splitting: its positions as sent, its events as they are now, the
+    /// loss its body reported; nil when none is left.
     private nonisolated func reread(_ handoff: Handoff, _ connection: Connection) throws -> UploadBatch? {
+        let loss = try connection.carriedLoss(from: handoff.first)
         guard
             case .batch(let read)? = try UploadBatch.read(
                 after: handoff.first - 1, through: handoff.last, limit: handoff.count, anyFormat: client.format,
-                now: log.database.clock.now, from: connection)
+                clock: batchClock(), loss: loss, from: connection)
         else { return nil }
         return UploadBatch(
             body: read.body, positions: handoff.positions, firstID: read.firstID, lastID: read.lastID,
-            idsJSON: read.idsJSON)
+            idsJSON: read.idsJSON, loss: loss, lossInBody: read.lossInBody)
     }
 
     private func reread(_ handoff: Handoff) throws -> UploadBatch? {

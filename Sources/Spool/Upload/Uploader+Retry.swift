@@ -5,61 +5,49 @@ import SpoolStorage
 /// a user reads.
 extension Uploader {
     /// A failed attempt: the events stay queued, the next attempt waits for
-    /// the backoff, and `kind` reports it.
+    /// the backoff, and `kind` reports it (``SpoolDiagnostic/Kind/uploadHeldBack``:
+    /// the collector refused the request itself, as the statistics say).
     func backOff(
         _ reason: String, retryAfter: TimeInterval?, events: Int, kind: SpoolDiagnostic.Kind = .uploadFailed
     ) throws -> Never {
         counters.failedRequests += 1
-        failures += 1
-        lastFailure = reason
-        let delay = settings.retry.delay(attempt: failures, retryAfter: retryAfter, random: &random)
-        scheduleRetry(after: delay)
+        let timer = schedule.failed(reason, retryAfter: retryAfter, heldBack: kind == .uploadHeldBack, now: now)
+        armRetryTimer(timer)
         let what = kind == .uploadHeldBack ? "the collector refused the request itself" : "an upload failed"
         diagnostics.report(
             kind, eventCount: events,
-            "\(what) (\(reason)); the events stay queued, next attempt in \(Int(delay.rounded())) s")
+            "\(what) (\(reason)); the events stay queued, next attempt in \(Int(timer.delay.rounded())) s")
         try saveNotes()
-        throw UploadError.retryable(reason)
+        throw SpoolError.uploadDeferred(reason: reason)
     }
 
     /// A success: the backoff starts over.
     func recovered() {
-        failures = 0
-        retryAt = nil
-        lastFailure = nil
-        heldBack = nil
+        schedule.recovered()
     }
 
-    /// Another process holds the lease: try again once it expires.
-    func retryWhenFree(_ lease: ConsumerLease) {
-        let delay = max(1, min(settings.leaseDuration, lease.expires - now))
-        scheduleRetry(after: delay, keepBackoff: true)
-    }
-
-    func scheduleRetry(after delay: TimeInterval, keepBackoff: Bool = false) {
-        if !keepBackoff { retryAt = now + delay }
-        retryGeneration += 1
-        let generation = retryGeneration
-        // A dispatch timer on the database queue, in the database's clock:
-        // it keeps time however busy the concurrency pool is, and a test can
-        // drive it. While suspended it starts nothing and asks for no
-        // background window: the backoff is then over, and resuming
-        // triggers a flush.
-        log.database.timer(after: delay) { [weak self] firing in
-            guard let self, case .awake = firing, self.signals.withLock({ $0.pending }) > 0 else { return }
-            self.enter { $0.retryDue(generation: generation) }
+    /// Arms `timer`: a dispatch timer on the database queue, in the
+    /// database's clock, so it keeps time however busy the concurrency pool
+    /// is, and a test can drive it. While suspended it starts nothing and
+    /// asks for no background window: the backoff is then over, and resuming
+    /// triggers a flush.
+    func armRetryTimer(_ timer: UploadSchedule<CheckedContinuation<Void, any Error>, @Sendable () -> Void>.RetryTimer) {
+        log.database.timer(after: timer.delay) { [weak self] firing in
+            guard let self, case .awake = firing, self.hasPending else { return }
+            self.enter { $0.pull($0.schedule.retryDue(generation: timer.generation, pending: $0.hasPending)) }
         }
-    }
-
-    func retryDue(generation: Int) {
-        guard generation == retryGeneration else { return }  // replaced or cancelled
-        retryAt = nil
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
     }
 
     /// Now, in seconds of the database's clock (``SpoolClock``): what the
     /// backoff, leases and batch records are measured in.
     nonisolated var now: Double { log.database.clock.now }
+
+    /// Now, on the clocks a body is built at: its `sentAt`, and the
+    /// monotonic clock of this launch, which each event's age is measured
+    /// on.
+    nonisolated func batchClock() -> BatchClock {
+        BatchClock(log.database.clock, launch: log.launch)
+    }
 
     // MARK: - Statistics
 
@@ -84,8 +72,8 @@ extension Uploader {
             pending: Int(clamping: max(0, head - position)), dropped: dropped, droppedOverCount: overCount,
             droppedOverBytes: overBytes, droppedOverAge: overAge, deadLettered: deadLettered,
             deadLettersEvicted: evicted, uploaded: counters.uploaded, requests: counters.requests,
-            failedRequests: counters.failedRequests, lastFailure: lastFailure,
-            nextRetryIn: retryAt.flatMap { $0 > now ? $0 - now : nil }, heldBack: heldBack, compresses: compresses,
-            waitingForNetwork: !networkAvailable || !policyAllows, paused: paused)
+            failedRequests: counters.failedRequests, lastFailure: schedule.lastFailure,
+            nextRetryIn: schedule.nextRetry(now: now), heldBack: schedule.heldBack, compresses: compresses,
+            waitingForNetwork: !schedule.mayUseNetwork, paused: paused)
     }
 }

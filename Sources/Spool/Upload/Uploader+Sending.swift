@@ -1,9 +1,8 @@
 import Foundation
 import SpoolStorage
 
-/// Sending a batch and reading the collector's answer: Spool's own rules
-/// (compression negotiated, redirects and interim answers kept, only a 2xx
-/// is delivery), then the format's verdict.
+/// Sending a batch and acting on the collector's answer (read by
+/// Uploader+Reading.swift), compression negotiated on the way.
 extension Uploader {
     /// One request and its answer.
     struct Exchange: Sendable {
@@ -11,28 +10,6 @@ extension Uploader {
         let compressed: Bool
         let duration: TimeInterval
         let sentAt: Date
-    }
-
-    /// What an answer means for the events of the request.
-    enum Reading {
-        case accepted
-        case perEvent([UploadVerdict.EventResult], status: Int)
-        /// Try later: no answer, a redirect, 5xx, 408, 429.
-        case transient(String, retryAfter: TimeInterval?, status: Int?)
-        /// About the request, not its events.
-        case requestRefused(String, retryAfter: TimeInterval?, status: Int)
-        /// Something in it was refused; `singled`: the format says these
-        /// very events (``UploadVerdict/rejected(reason:)``).
-        case eventsRefused(String, status: Int, singled: Bool)
-
-        var status: Int? {
-            switch self {
-            case .accepted: 200
-            case .perEvent(_, let status), .requestRefused(_, _, let status), .eventsRefused(_, let status, _):
-                status
-            case .transient(_, _, let status): status
-            }
-        }
     }
 
     /// Sends one batch and settles its events. With `ahead`, the batch after
@@ -46,7 +23,7 @@ extension Uploader {
     /// - Returns: `accepted`: the collector took the whole batch (its
     ///   position is saved with the next read); false when it was settled
     ///   here. `prepared`: the batch read ahead, if one was.
-    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued;
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
     func send(_ batch: UploadBatch, gzipped: Promise<Data?>? = nil, preparing ahead: ReadAhead? = nil)
         async throws -> (accepted: Bool, prepared: Prepared?)
@@ -102,7 +79,7 @@ extension Uploader {
     ///
     /// - Returns: true when the collector took the whole batch (its position
     ///   is saved with the next read); false when it was settled here.
-    /// - Throws: ``UploadError/retryable(_:)`` when some must stay queued.
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued.
     func act(on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil)
         async throws -> Bool
     {
@@ -130,7 +107,8 @@ extension Uploader {
             for (index, position) in batch.positions.enumerated() {
                 outcomes[position] = EventOutcome(index < results.count ? results[index] : nil, status: status)
             }
-            let settled = try settle(batch.positions, outcomes)
+            // A 2xx: the collector took the request, and the loss it reports.
+            let settled = try settle(batch.positions, outcomes, acceptedFrom: batch.first)
             if outcomes.values.contains(where: { if case .rejected = $0 { true } else { false } }) {
                 counters.failedRequests += 1
             }
@@ -155,38 +133,6 @@ extension Uploader {
             note(batch, exchanged, .bisected, detail: reason)
             try await bisect(batch, status: status, reason: reason, compress: compress)
             return false
-        }
-    }
-
-    /// Reads an answer by Spool's rules, then the format's verdict.
-    func read(_ answer: UploadClient.Answer, eventCount: Int) -> Reading {
-        guard case .response(let response, _) = answer else {
-            if case .failed(let reason) = answer { return .transient(reason, retryAfter: nil, status: nil) }
-            return .transient("no answer", retryAfter: nil, status: nil)
-        }
-        let status = response.status
-        if (300..<400).contains(status) || status < 200 {
-            // A redirect (or an interim answer) is never success and never a
-            // reason to give up on the events, whatever the format says.
-            return .transient(
-                UploadVerdict.describe(response), retryAfter: status < 200 ? response.retryAfter : nil, status: status)
-        }
-        switch client.format.verdict(for: response, eventCount: eventCount) {
-        case .accepted where (200..<300).contains(status):
-            return .accepted
-        case .perEvent(let results) where (200..<300).contains(status):
-            return .perEvent(results, status: status)
-        case .accepted, .perEvent:
-            // Only a 2xx answer is delivery.
-            return .transient(UploadVerdict.describe(response), retryAfter: response.retryAfter, status: status)
-        case .retry(let reason, let retryAfter):
-            return .transient(reason, retryAfter: retryAfter, status: status)
-        case .refusedRequest(let reason, let retryAfter):
-            return .requestRefused(reason, retryAfter: retryAfter, status: status)
-        case .split(let reason):
-            return .eventsRefused(reason, status: status, singled: false)
-        case .rejected(let reason):
-            return .eventsRefused(reason, status: status, singled: true)
         }
     }
 
@@ -216,7 +162,7 @@ extension Uploader {
         let key = batch.key
         let retries = lastSent?.key == key ? lastSent?.sends ?? 0 : 0
         lastSent = (key, retries + 1)
-        return UploadClient.Tag(batchID: key, retries: retries)
+        return UploadClient.Tag(batchID: key, retries: retries, loss: batch.lossHeader)
     }
 
     /// Builds the request and sends it through the client's transport or
@@ -324,17 +270,5 @@ extension Uploader {
         let duration = max(0, now - sentAt)
         return Exchange(
             answer: answer, compressed: compressed, duration: duration, sentAt: Date(timeIntervalSince1970: sentAt))
-    }
-
-    /// Whether a 415 names gzip as a coding the collector accepts (then the
-    /// 415 is about something else).
-    static func acceptsGzip(_ response: UploadResponse) -> Bool {
-        guard let header = response.value(forHeader: "Accept-Encoding") else { return false }
-        return header.split(separator: ",").contains { coding in
-            let parts = coding.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-            guard parts.first == "gzip" || parts.first == "x-gzip" else { return false }
-            // "gzip;q=0" refuses it.
-            return !parts.dropFirst().contains { $0.replacingOccurrences(of: " ", with: "") == "q=0" }
-        }
     }
 }

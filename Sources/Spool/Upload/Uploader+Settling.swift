@@ -29,12 +29,16 @@ extension Uploader {
     /// transaction: up to the first event without an outcome or with a
     /// retry, accepted events are done and rejected ones dead-lettered (read
     /// by their positions: an event the retention bound already dropped is
-    /// counted as dropped only); the rest stay queued.
+    /// counted as dropped only); the rest stay queued. With `acceptedFrom`, the
+    /// first position of the request the collector answered 2xx, the loss
+    /// that request reported is settled in the same transaction.
     ///
     /// - Returns: the first retry's reason, if any, and how many events stay
     ///   queued.
     @discardableResult
-    func settle(_ positions: [Int64], _ outcomes: [Int64: EventOutcome]) throws -> (retry: String?, left: Int) {
+    func settle(_ positions: [Int64], _ outcomes: [Int64: EventOutcome], acceptedFrom: Int64? = nil) throws -> (
+        retry: String?, left: Int
+    ) {
         var through: Int64?
         var accepted = 0
         var rejected: [Int64: (reason: String, status: Int?)] = [:]
@@ -51,7 +55,16 @@ extension Uploader {
             through = position
         }
         let left = positions.count - (through.flatMap { positions.firstIndex(of: $0) }.map { $0 + 1 } ?? 0)
+        let lossCounted = signals.withLock { $0.lossCounted }
         guard let through, let first = positions.first else {
+            if let acceptedFrom, lossCounted {
+                // Nothing to settle but what the accepted request reported.
+                try checkSameFileAsRead()
+                let position = signals.withLock { $0.position }
+                try log.database.onQueue { connection in
+                    try connection.transaction { try connection.settleLoss(accepted: acceptedFrom, through: position) }
+                }
+            }
             try saveNotes()
             return (retry, left)
         }
@@ -60,6 +73,7 @@ extension Uploader {
         let deadLettered = try log.database.onQueue { connection in
             try connection.transaction { () -> Int in
                 try connection.recordUploadBatches(records)
+                if lossCounted { try connection.settleLoss(accepted: acceptedFrom, through: through) }
                 let read = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through, now: now)
                 let letters = read.filter { rejected[$0.seq] != nil }
                 let byReason = Dictionary(grouping: letters) { letter in
@@ -118,7 +132,6 @@ extension Uploader {
     /// The collector refused the request itself: keep the events, back off,
     /// and say why in the statistics and a diagnostic naming the status.
     func holdBack(_ reason: String, retryAfter: TimeInterval?, events: Int) throws -> Never {
-        heldBack = reason
         try backOff(reason, retryAfter: retryAfter, events: events, kind: .uploadHeldBack)
     }
 

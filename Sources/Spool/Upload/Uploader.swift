@@ -40,9 +40,6 @@ actor Uploader {
         }
     }
 
-    // Internal rather than private where Uploader+Sending.swift, which sends
-    // batches and acts on the collector's answers, needs it.
-
     /// Pending counts the commit handler reads without hopping onto the actor.
     struct Signals {
         var position: Int64 = 0
@@ -51,6 +48,11 @@ actor Uploader {
         /// Uploads were found paused (``pauseUploads``): commits start no
         /// pass; the timer's passes look again.
         var paused = false
+        /// The last read found loss waiting to be reported (`upload_loss`),
+        /// or none was read yet: settling a request settles its loss too.
+        /// (Only a read under the lease records what a request carries, so
+        /// with none found, no request carries any.)
+        var lossCounted = true
         var pending: Int64 { max(0, head - position) }
     }
 
@@ -68,37 +70,16 @@ actor Uploader {
     /// How the read ahead of the next batch went (``PipelineCounts``).
     nonisolated let pipeline = Protected(PipelineCounts())
 
-    private var running = false
-    private var rerun = false
-    private var rerunForced = false
-    var waiting: [CheckedContinuation<Void, any Error>] = []
-    /// `stop()` and `pause()` callers waiting for the pass in flight to end
-    /// (each resumes its caller at most once).
-    private var stopped: [@Sendable () -> Void] = []
-    var failures = 0
-    /// When the backoff ends, in seconds of the database's clock.
-    var retryAt: Double?
-    /// Which scheduled retry is the live one: a timer that fires for an
-    /// older one (replaced, or cancelled by ``stop(patience:)`` or a network
-    /// path's return) does nothing.
-    var retryGeneration = 0
+    /// When passes run, who waits for them, pause and stop, the backoff,
+    /// and what holds uploads back: the rules, as a value
+    /// (``UploadSchedule``); this actor performs what it returns.
+    var schedule: UploadSchedule<CheckedContinuation<Void, any Error>, @Sendable () -> Void>
     /// Set by ``stop(patience:)``: the periodic timer stops re-arming.
-    private nonisolated let timerStopped = Protected(false)
-    var random = FastRandom()
-    var closed = false
-    /// Holds from ``pause()``: while above zero no pass starts, and the
-    /// pass running ends after its request in flight.
-    var pauses = 0
-    /// A trigger arrived while paused: run once resumed.
-    private var triggeredWhilePaused = false
+    nonisolated let timerStopped = Protected(false)
     var counters = (uploaded: 0, requests: 0, failedRequests: 0)
     /// The database file the last batch was read from
     /// (``DatabaseQueue/fileGeneration``).
     var readGeneration = 0
-    var lastFailure: String?
-    /// Why uploading is held back (the collector refused requests
-    /// themselves); nil once one is accepted.
-    var heldBack: String?
     /// Gzip bodies; off for good once the collector is found not to read them.
     var compresses: Bool
     /// `.automatic` compression through Spool's transport: a gzip body
@@ -126,12 +107,7 @@ actor Uploader {
     /// The system's answers to hand-offs, settled by the next pass.
     var reports: [(batchID: String, answer: UploadClient.Answer)] = []
     /// What says whether the system has a network path (nil: nothing does).
-    private let networkPath: (any NetworkPathSource)?
-    /// What the system says of the network path (usable and unmetered when
-    /// nothing says).
-    var path = NetworkPathState(usable: true, metered: false)
-    /// Which networks uploads may use.
-    var policy: UploadPolicy
+    let networkPath: (any NetworkPathSource)?
 
     /// The uploader runs on the database queue: reading a batch and saving a
     /// position need no hop to another thread.
@@ -146,7 +122,7 @@ actor Uploader {
         transferFiles: TransferFiles? = nil, policy: UploadPolicy = .always,
         isAllowed: @escaping @Sendable () -> Bool
     ) {
-        self.policy = policy
+        schedule = UploadSchedule(retry: settings.retry, leaseDuration: settings.leaseDuration, policy: policy)
         self.transferFiles = transferFiles
         self.networkPath = networkPath
         self.owner = owner
@@ -193,184 +169,6 @@ actor Uploader {
         if settings.flushIsDue(pending: pending) { trigger(force: false) }
     }
 
-    /// Stops the timer and retries and lets a request in flight finish (at
-    /// most `patience` seconds) so its answer is saved. The engine gives up
-    /// the lease afterwards, with its other leases.
-    /// A request still unanswered after that is abandoned: its answer is
-    /// ignored and its events are sent again by whoever uploads next (at
-    /// least once).
-    func stop(patience: TimeInterval = 5) async {
-        closed = true
-        networkPath?.cancel()
-        timerStopped.withLock { $0 = true }
-        retryGeneration += 1
-        for continuation in waiting { continuation.resume(throwing: SpoolError.closed) }
-        waiting.removeAll()
-        if running {
-            await withCheckedContinuation { continuation in
-                // Resumed by the pass's end or by the patience timer,
-                // whichever comes first.
-                let once = Protected(false)
-                let resume: @Sendable () -> Void = {
-                    let first = once.withLock { done in
-                        defer { done = true }
-                        return !done
-                    }
-                    if first { continuation.resume() }
-                }
-                stopped.append(resume)
-                // A dispatch timer: it touches no database state, so it
-                // fires while suspended without asking for a background window.
-                log.database.timer(after: patience) { _ in resume() }
-            }
-        }
-    }
-
-    // MARK: - Triggers
-
-    /// The writer committed up to `head` (called on the database queue, for
-    /// every commit): starts a flush once `batchSize` events are pending.
-    nonisolated func committed(head: Int64) {
-        let due = signals.withLock { signals -> Bool in
-            signals.head = max(signals.head, head)
-            guard !signals.flushRequested, !signals.paused else { return false }
-            guard settings.flushIsDue(pending: signals.pending) else { return false }
-            signals.flushRequested = true
-            return true
-        }
-        // Only when a flush is due, not per commit.
-        if due { enter { $0.trigger(force: false) } }
-    }
-
-    /// The periodic flush: every `interval` seconds of the database's clock
-    /// while events are pending. A dispatch timer on the database queue, so
-    /// it keeps time however busy the concurrency pool is; it reads only
-    /// `signals`, so it fires while suspended without asking for a
-    /// background window (and starts nothing then), and it hops onto the
-    /// actor only when events are pending.
-    private nonisolated func armTimer(_ interval: TimeInterval) {
-        log.database.timer(after: interval) { [weak self] firing in
-            guard let self, !self.timerStopped.withLock({ $0 }) else { return }
-            if case .closed = firing { return }
-            if case .awake = firing, self.signals.withLock({ $0.pending }) > 0 { self.enter { $0.timerFired() } }
-            self.armTimer(interval)
-        }
-    }
-
-    private func timerFired() {
-        if signals.withLock({ $0.pending }) > 0 { trigger(force: false) }
-    }
-
-    /// Entering background, the dispatcher's `flushEvents()`, or a host's
-    /// notifier: upload now, unless backing off.
-    func requestFlush() {
-        trigger(force: false)
-    }
-
-    /// ``requestFlush()`` for synchronous callers (lifecycle notifications,
-    /// the dispatcher's `flushEvents()`).
-    nonisolated func requestFlushFromAnyThread() {
-        enter { $0.requestFlush() }
-    }
-
-    /// Runs `body` on the actor, for synchronous code: the commit handler, a
-    /// timer's block on the database queue, a notification, the network
-    /// path's monitor. `body` only flips state or starts a pass.
-    nonisolated func enter(_ body: @escaping @Sendable (isolated Uploader) -> Void) {
-        // Unstructured: the one way from synchronous code onto the actor; nothing waits for it.
-        Task { await body(self) }
-    }
-
-    /// Uploads everything pending now, ignoring any backoff wait.
-    ///
-    /// - Throws: ``UploadError/retryable(_:)`` when the collector could not
-    ///   take it all (the rest stays queued and is retried with backoff), or
-    ///   when another process holds the upload lease (it uploads them).
-    func flush() async throws {
-        guard !closed else { throw SpoolError.closed }
-        try await withCheckedThrowingContinuation { continuation in
-            waiting.append(continuation)
-            trigger(force: true)
-        }
-    }
-
-    func trigger(force: Bool) {
-        signals.withLock { $0.flushRequested = false }
-        guard !closed else { return }
-        guard pauses == 0 else {
-            triggeredWhilePaused = true
-            rerunForced = rerunForced || force
-            return
-        }
-        if running {
-            rerun = true
-            rerunForced = rerunForced || force
-            return
-        }
-        running = true
-        // A task so the caller (a commit, a timer) never waits for the network.
-        Task { await self.run(force: force) }
-    }
-
-    /// Flush passes, one at a time, until no trigger arrived during the last.
-    /// A ``pause()`` ends the pass after the request in flight; its callers
-    /// and triggers wait for the pass after ``resume()``.
-    private func run(force: Bool) async {
-        var force = force
-        repeat {
-            rerun = false
-            let waiters = waiting
-            waiting.removeAll()
-            let result: Result<Void, any Error>
-            do {
-                try await drain(force: force || !waiters.isEmpty)
-                result = .success(())
-            } catch {
-                result = .failure(error)
-            }
-            if pauses > 0, !closed, case .success = result {
-                waiting = waiters + waiting
-            } else {
-                for waiter in waiters { waiter.resume(with: result) }
-            }
-            force = rerunForced
-            rerunForced = false
-        } while (rerun || !waiting.isEmpty) && !closed && pauses == 0
-        if pauses > 0, rerun || !waiting.isEmpty {
-            triggeredWhilePaused = true
-            rerunForced = rerunForced || force
-        }
-        running = false
-        resumeStopped()
-    }
-
-    private func resumeStopped() {
-        let stopped = self.stopped
-        self.stopped.removeAll()
-        for resume in stopped { resume() }
-    }
-
-    /// Waits for the pass in flight (its request answered, its position
-    /// saved) and starts no other until ``resume()``: for erasure and consent
-    /// withdrawal, which must not race an upload.
-    func pause() async {
-        pauses += 1
-        guard running else { return }
-        await withCheckedContinuation { continuation in stopped.append { continuation.resume() } }
-    }
-
-    /// Ends one ``pause()`` and starts what was requested meanwhile.
-    func resume() {
-        pauses = max(0, pauses - 1)
-        guard pauses == 0 else { return }
-        // Positions are read again by the next pass (erasure moved them): no
-        // database access here, which may be suspended by now.
-        if triggeredWhilePaused || !waiting.isEmpty {
-            triggeredWhilePaused = false
-            trigger(force: rerunForced)
-        }
-    }
-
     /// Moves the uploader past `position` (never back), so none of the
     /// events up to it is ever uploaded: the user withdrew consent. Call
     /// while paused.
@@ -381,6 +179,9 @@ actor Uploader {
         let handedOff = try log.database.onQueue { connection in
             try connection.transaction {
                 try connection.deleteDeadLetters(through: position)
+                // The loss counted so far is about the events discarded: the
+                // collector hears of nothing recorded before the withdrawal.
+                try connection.forgetLoss()
                 _ = try connection.advanceConsumerInTransaction(consumer, to: position)
                 return try connection.deleteHandoffs(through: position)
             }
