@@ -30,6 +30,15 @@ struct DrainBenchmarks {
         func flushEvents() {}
     }
 
+    /// An engine on `database` uploading `count` events (and room for as
+    /// many more) to the loopback collector at `collector`, 100 per batch.
+    static func loopbackEngine(on database: URL, count: Int, collector: URL) -> EventEngine {
+        EventEngine(
+            configuration: EngineConfiguration(
+                database: .file(database), maximumRetainedEvents: count * 2, collectorURL: collector,
+                batchSize: 100, uploadInterval: 60, dispatcher: DefaultEventDispatcher()))
+    }
+
     /// An engine on the file `database` that uploads through `dispatcher`
     /// only (the collector URL is never reached) in batches of `batchSize`,
     /// with no timed uploads, waits an hour after a refusal, so a refused
@@ -201,11 +210,7 @@ struct DrainBenchmarks {
         let scratch = Scratch("e2e")
         let log = collector.log
         let count = quick ? 20_000 : 100_000
-        let dispatcher = DefaultEventDispatcher()
-        let engine = EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(scratch.database), maximumRetainedEvents: count * 2, collectorURL: collector.url,
-                batchSize: 100, uploadInterval: 60, dispatcher: dispatcher))
+        let engine = Self.loopbackEngine(on: scratch.database, count: count, collector: collector.url)
         try await engine.start()
         let start = now()
         for _ in 0..<count {
@@ -248,11 +253,7 @@ struct DrainBenchmarks {
         let window = MachineSnapshot.take()
         for _ in 0..<(quick ? 2 : 5) {
             let scratch = Scratch("tail")
-            let dispatcher = DefaultEventDispatcher()
-            let engine = EventEngine(
-                configuration: EngineConfiguration(
-                    database: .file(scratch.database), maximumRetainedEvents: count * 2, collectorURL: collector.url,
-                    batchSize: 100, uploadInterval: 60, dispatcher: dispatcher))
+            let engine = Self.loopbackEngine(on: scratch.database, count: count, collector: collector.url)
             try await engine.start()
             for index in 0..<count {
                 let (name, parameters) = UploadFormatBenchmarks.variants[index % UploadFormatBenchmarks.variants.count]
