@@ -9,13 +9,14 @@ struct HistoryBenchmarks {
     let quick: Bool
     let report: Report
 
-    func run() async throws {
+    /// An engine whose history holds 1M occurrences over 100 event names,
+    /// recorded through the real record path (a history row counts one
+    /// name's occurrences in one millisecond), and its history's row count.
+    func historyEngine() async throws -> (engine: EventEngine, scratch: Scratch, historyRows: Int) {
         let scratch = Scratch("history")
         let engine = EventEngine(
             configuration: EngineConfiguration(database: .file(scratch.database), maximumRetainedEvents: 1_000))
         try await engine.start()
-        // 1M occurrences over 100 event names, through the real record path
-        // (a history row counts one name's occurrences in one millisecond).
         let rows = 1_000_000
         let names = (0..<100).map { "event_\($0)" }
         for index in 0..<rows {
@@ -25,6 +26,20 @@ struct HistoryBenchmarks {
         try await engine.settle()
         checkpointAndTruncateWAL(scratch.database)
         let historyRows = try await engine.databaseQueue!.run { try $0.historyRowCount() }
+        return (engine, scratch, historyRows)
+    }
+
+    /// The filtered rules' overhead alone (`--phase targeting`), for a profiler.
+    func targeting() async throws {
+        let (engine, scratch, _) = try await historyEngine()
+        try await filteredRulesOverhead(engine)
+        await engine.close()
+        withExtendedLifetime(scratch) {}
+    }
+
+    func run() async throws {
+        let (engine, scratch, historyRows) = try await historyEngine()
+        defer { withExtendedLifetime(scratch) {} }
 
         let cases: [(String, SurveyCondition)] = [
             ("at least 3 in the last 30 days", .eventFrequency(EventFrequency("event_7", .atLeast, 3, in: .days(30)))),

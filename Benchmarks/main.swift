@@ -168,6 +168,9 @@ if let phase {
             rate = try await DrainBenchmarks(quick: quick, report: report).spoolDrain(count: 200_000, beforeDrain: stop)
         }
         print("drain:", formatNumber(rate), "events/s")
+    case "targeting":
+        // The filtered survey rules' overhead on record (the history area's rows), for a profiler.
+        try await HistoryBenchmarks(quick: quick, report: report).targeting()
     case "tail":
         // The end-to-end tail alone (its row), for a profiler.
         try await DrainBenchmarks(quick: quick, report: report).tail()

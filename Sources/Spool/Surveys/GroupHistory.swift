@@ -2,9 +2,11 @@ import SpoolStorage
 
 /// History counts inside one group's transaction, where they cannot change:
 /// each name, filter and window start (to the millisecond) is counted once
-/// per rule threshold, however many of the group's events ask; and once a
+/// per rule threshold, however many of the group's events ask; once a
 /// count reaches its cap from some window start, every earlier start (the
-/// events before, whose windows reach further back) has at least as many.
+/// events before, whose windows reach further back) has at least as many;
+/// and once the history holds none from the start of the widest window the
+/// group's events open, none of them counts any.
 final class GroupHistoryCounts {
     private struct Counted: Hashable {
         let name: String
@@ -16,38 +18,71 @@ final class GroupHistoryCounts {
         let since: Double?
     }
 
+    /// What the counts read so far settle for a name and filter at any event.
+    private struct Settled {
+        /// The latest window start from which a count reached its cap, that
+        /// count, and the group's occurrences of the name.
+        var reached: (since: Double, count: Int, inGroup: Int)?
+        /// A window start from which the history, the group included, holds
+        /// no occurrence; nil before the widest window was counted.
+        var noneFrom: Double?
+        /// Whether the widest window was counted.
+        var widestCounted = false
+    }
+
     private let connection: Connection
     private var known: [Key: (count: Int, cap: Int)] = [:]
-    /// The latest window start from which a count reached its cap, that
-    /// count, and the group's occurrences of the name.
-    private var reached: [Counted: (since: Double, count: Int, inGroup: Int)] = [:]
+    private var settled: [Counted: Settled] = [:]
     /// Each name's occurrences in the group: the most a rule's cap grows by
     /// from one event to another (it adds the occurrences after the event).
     private let inGroup: [String: Int]
+    /// The time of the group's earliest event: a window at any event starts
+    /// no earlier than the same window at it.
+    let earliest: Double
 
     init(_ connection: Connection, events: [StoredEvent]) {
         self.connection = connection
         inGroup = events.reduce(into: [:]) { counts, event in
             if LaterOccurrences.entersHistory(event) { counts[event.name, default: 0] += 1 }
         }
+        earliest = events.lazy.map(\.recordedAt).min() ?? 0
     }
 
-    /// True when a count already read shows that, from `since`, the history
-    /// holds `cap` occurrences besides all of the group's: then so does the
-    /// history up to any event of the group. One lookup: a rule whose count
-    /// is long past its N costs no more at the group's other events.
-    func reaches(_ cap: Int, of name: String, where filter: PropertyFilter?, since: Double?) -> Bool {
-        guard let reached = reached[Counted(name: name, filter: filter)] else { return false }
-        return (since.map(HistoryMillisecond.of) ?? -.infinity) <= reached.since
-            && reached.count - reached.inGroup >= cap
+    /// The count up to any event of the group, when the counts already
+    /// read settle it from `since`: `cap` when the history holds `cap`
+    /// occurrences besides all of the group's, 0 when it holds none. One
+    /// lookup: a rule whose count is long past its N, or whose filter
+    /// passes nothing in the widest window, costs no more at the group's
+    /// other events.
+    func settled(_ cap: Int, of name: String, where filter: PropertyFilter?, since: Double?) -> Int? {
+        guard let settled = settled[Counted(name: name, filter: filter)] else { return nil }
+        let start = since.map(HistoryMillisecond.of) ?? -.infinity
+        if let reached = settled.reached, start <= reached.since, reached.count - reached.inGroup >= cap { return cap }
+        if let noneFrom = settled.noneFrom, start >= noneFrom { return 0 }
+        return nil
     }
 
     /// ``HistoryAsOf/count(of:where:since:until:cap:in:)`` through the end
-    /// of the log.
-    func count(of name: String, where filter: PropertyFilter?, since: Double?, cap: Int) throws -> Int {
+    /// of the log. With `widest` (the start of the same window at the
+    /// group's earliest event), the first count of a name and filter asks
+    /// whether the history holds any from there: when it holds none, no
+    /// event of the group counts any (``settled(_:of:where:since:)``).
+    func count(of name: String, where filter: PropertyFilter?, since: Double?, widest: Double?, cap: Int) throws
+        -> Int
+    {
         let counted = Counted(name: name, filter: filter)
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
-        if let reached = reached[counted], start <= reached.since, cap <= reached.count { return cap }
+        if let reached = settled[counted]?.reached, start <= reached.since, cap <= reached.count { return cap }
+        if let widest, settled[counted]?.widestCounted != true {
+            let widestStart = min(start, HistoryMillisecond.of(widest))
+            let any = try HistoryAsOf.count(
+                of: name, where: filter, since: widestStart, until: nil, cap: 1, in: connection)
+            settled[counted, default: Settled()].widestCounted = true
+            if any == 0 {
+                settled[counted, default: Settled()].noneFrom = widestStart
+                return 0
+            }
+        }
         let key = Key(counted: counted, since: since.map(HistoryMillisecond.of))
         // A count below its cap is exact; one at its cap answers any smaller cap.
         if let known = known[key], known.count < known.cap || cap <= known.cap { return min(known.count, cap) }
@@ -58,8 +93,8 @@ final class GroupHistoryCounts {
         let asked = cap > Int.max - extra ? Int.max : cap + extra
         let count = try HistoryAsOf.count(of: name, where: filter, since: since, until: nil, cap: asked, in: connection)
         known[key] = (count, asked)
-        if count >= asked, reached[counted].map({ start > $0.since || count > $0.count }) ?? true {
-            reached[counted] = (start, count, extra)
+        if count >= asked, settled[counted]?.reached.map({ start > $0.since || count > $0.count }) ?? true {
+            settled[counted, default: Settled()].reached = (start, count, extra)
         }
         return min(count, cap)
     }

@@ -72,10 +72,12 @@ struct HistoryAsOf {
         guard let group else {
             return try Self.count(of: name, where: filter, since: since, until: time, cap: cap, in: connection)
         }
-        if group.counts.reaches(cap, of: name, where: filter, since: since) { return cap }
+        if let settled = group.counts.settled(cap, of: name, where: filter, since: since) { return settled }
         let after = group.later.count(of: name, where: filter, since: since)
+        // The same window at the group's earliest event starts here or before.
+        let widest = since.map { $0 - max(0, time - group.counts.earliest) }
         let counted = try group.counts.count(
-            of: name, where: filter, since: since, cap: after > Int.max - cap ? Int.max : cap + after)
+            of: name, where: filter, since: since, widest: widest, cap: after > Int.max - cap ? Int.max : cap + after)
         return min(cap, max(0, counted - after))
     }
 
