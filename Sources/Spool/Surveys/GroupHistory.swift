@@ -24,7 +24,7 @@ final class GroupHistoryCounts {
         /// count, and the group's occurrences of the name.
         var reached: (since: Double, count: Int, inGroup: Int)?
         /// A window start from which the history, the group included, holds
-        /// no occurrence; nil before the widest window was counted.
+        /// no occurrence (nil: none known).
         var noneFrom: Double?
         /// Whether the widest window was counted.
         var widestCounted = false
