@@ -78,13 +78,32 @@ package final class Checkpointer: @unchecked Sendable {
                     // reached 50 MB). A running pass finishes; the next commit
                     // restarts.
                     checkpointer.flags.withLock { $0.grown = true }
-                } else if pages >= checkpointer.thresholdPages {
+                } else if pages >= checkpointer.thresholdPages, checkpointer.grewSinceLastRequest(pages) {
                     checkpointer.request(walGrown: true)
                 }
                 return SQLITE_OK
             },
             Unmanaged.passUnretained(self).toOpaque())
     }
+
+    /// WAL pages when the writer last asked for a pass. Only the writer's
+    /// WAL hook touches it (on the writer's queue).
+    private var requestedAtPages: Int32 = 0
+
+    /// Whether the WAL of `pages` grew by another ``thresholdPages`` since
+    /// the writer last asked for a pass, or started over since: a passive
+    /// pass never catches up with a writer that commits while it runs, and
+    /// asking after every commit would copy and sync a few pages each time.
+    private func grewSinceLastRequest(_ pages: Int32) -> Bool {
+        guard pages < requestedAtPages || pages - requestedAtPages >= thresholdPages else { return false }
+        requestedAtPages = pages
+        commitRequests += 1
+        return true
+    }
+
+    /// How many times the writer's commits asked for a pass (on the
+    /// writer's queue).
+    package private(set) var commitRequests = 0
 
     /// Whether the WAL passed ``thresholdPages`` since the last call: its
     /// file is then at least that large until truncated (a WAL that starts

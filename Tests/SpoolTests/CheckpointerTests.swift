@@ -79,4 +79,39 @@ struct CheckpointerTests {
         await log.close()
         log.database.close()
     }
+
+    /// While the WAL cannot start over (a reader holds a snapshot, or the
+    /// writer commits while every pass runs), a writer committing page
+    /// after page asks for a background pass once per threshold of growth,
+    /// not after every commit: each pass copies and syncs what it can.
+    @Test func theWriterAsksForAPassOncePerThresholdOfGrowth() throws {
+        let directory = TemporaryDirectory()
+        let path = directory.databaseURL.path
+        let writer = try Connection(path: path, options: ConnectionOptions())
+        try writer.execute("CREATE TABLE pages (value BLOB)")
+        let pageSize = try writer.pageSize()
+        let checkpointer = try Checkpointer(
+            path: path, options: ConnectionOptions(), thresholdBytes: 8 * pageSize, restartBytes: 1 << 30)
+        checkpointer.install(on: writer)
+        let reader = try Connection(path: path, options: ConnectionOptions())
+        try reader.execute("BEGIN")
+        #expect(try reader.scalarInt("SELECT count(*) FROM pages") == 0)
+        let commits = 200
+        for _ in 0..<commits {
+            try writer.withStatement("INSERT INTO pages (value) VALUES (zeroblob(?))") { statement in
+                try statement.bind(Int64(pageSize / 2), at: 1)
+                try statement.step()
+            }
+        }
+        let walBytes = try #require(
+            FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int)
+        let frames = walBytes / (pageSize + 24)
+        #expect(frames > 16 * 8, "the WAL grew past several thresholds: \(frames) frames")
+        #expect(checkpointer.commitRequests >= frames / 16, "\(checkpointer.commitRequests) for \(frames) frames")
+        #expect(checkpointer.commitRequests <= frames / 8 + 1, "\(checkpointer.commitRequests) for \(frames) frames")
+        try reader.execute("COMMIT")
+        reader.close()
+        writer.close()
+        checkpointer.close()
+    }
 }
