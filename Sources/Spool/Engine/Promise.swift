@@ -2,7 +2,7 @@ import SpoolStorage
 
 /// A value that arrives once, from any thread, for any number of awaiting
 /// tasks: what became of an event waiting for a session, the position a
-/// consent withdrawal discards through, a request body gzipped ahead.
+/// consent withdrawal discards through.
 final class Promise<Value: Sendable>: Sendable {
     private let state = Protected<(value: Value?, waiting: [CheckedContinuation<Value, Never>])>((nil, []))
 

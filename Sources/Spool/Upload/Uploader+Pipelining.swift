@@ -27,9 +27,9 @@ extension Uploader {
         let batch: UploadBatch
         /// The database file it was read from (``DatabaseQueue/fileGeneration``).
         let generation: Int
-        /// Its body gzipped, on another thread (nil inside: zlib failed);
-        /// nil when requests are not gzipped (or not through a transport).
-        let gzipped: Promise<Data?>?
+        /// Its body being gzipped on another thread; nil when requests are
+        /// not gzipped (or not through a transport).
+        let gzipped: GzipJob?
     }
 
     /// What to read ahead of the request in flight, and the accepted batch
@@ -73,11 +73,9 @@ extension Uploader {
         guard case .batch(let batch) = try save(saving, handoff: ahead.handoff, thenRead: .after(ahead.after))
         else { return nil }
         pipeline.withLock { $0.prepared += 1 }
-        var gzipped: Promise<Data?>?
+        var gzipped: GzipJob?
         if compresses, case .transport = client.sender {
-            let (body, promise) = (batch.body, Promise<Data?>())
-            Self.compression.async { promise.fulfill(Gzip.compress(body)) }
-            gzipped = promise
+            gzipped = GzipJob(batch.body, on: Self.compression)
         }
         return Prepared(after: ahead.after, batch: batch, generation: generation, gzipped: gzipped)
     }

@@ -25,7 +25,7 @@ extension Uploader {
     ///   here. `prepared`: the batch read ahead, if one was.
     /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
-    func send(_ batch: UploadBatch, gzipped: Promise<Data?>? = nil, preparing ahead: ReadAhead? = nil)
+    func send(_ batch: UploadBatch, gzipped: GzipJob? = nil, preparing ahead: ReadAhead? = nil)
         async throws -> (accepted: Bool, prepared: Prepared?)
     {
         var prepared: Result<Prepared?, any Error> = .success(nil)
@@ -34,15 +34,13 @@ extension Uploader {
         var stored: StoredBody?
         if compress, let gzipped {
             // Its gzip still runs: the next batch is read meanwhile.
-            if gzipped.arrived == nil, let early = toRead {
+            if !gzipped.isDone, let early = toRead {
                 toRead = nil
                 prepared = Result { try readAhead(early) }
             }
-            // Looked at first: awaiting even a value that is there costs a
-            // turn of the database queue.
-            let body: Data?
-            if let arrived = gzipped.arrived { body = arrived } else { body = await gzipped.value() }
-            if let body {
+            // Taken on this thread: gzipped here if the other thread has not
+            // started it, else waited for (see GzipJob).
+            if let body = gzipped.result() {
                 stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
             }
         }
