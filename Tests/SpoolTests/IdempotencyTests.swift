@@ -115,4 +115,29 @@ struct IdempotencyTests {
         #expect(taken == 4 + 4 + 2 + 6, "every event taken once")
         await relaunched.close()
     }
+
+    @Test(
+        "W3: a refused batch of batchSize events leaves no bound, and its retry after more events is the same batch under the same key"
+    )
+    func fullBatchRetry() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 500, "times": 1])
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 4, timerInterval: 3_600)
+        try await engine.start()
+        // With its session_start, four events: the size trigger sends them.
+        _ = try recordEvents(engine, 3)
+        #expect(await collector.waitFor(timeout: 30) { !$0.isEmpty })
+        let refused = try #require(collector.requests().first)
+        #expect(refused.ids.count == 4)
+        let bounds = try await engine.query { try $0.scalarInt("SELECT count(*) FROM upload_batch_bounds") }
+        #expect(bounds == 0, "a full batch is read again the same without one")
+        _ = try recordEvents(engine, 3, prefix: "after")
+        try await flushUntilDone(engine)
+        let retry = try #require(collector.requests().dropFirst().first)
+        #expect(retry.header("Idempotency-Key") == refused.header("Idempotency-Key"))
+        #expect(retry.ids == refused.ids && retry.header("X-Retry-Count") == "1")
+        #expect(Set(collector.acceptedIDs()).count == 7, "every event taken once")
+        await engine.close()
+    }
 }

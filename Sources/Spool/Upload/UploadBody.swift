@@ -189,6 +189,11 @@ extension UploadBatch {
         }
     }
 
+    /// The most events a batch read with `limit` through `format` holds.
+    static func eventLimit(_ limit: Int, _ format: any BatchFormat) -> Int {
+        max(1, min(limit, format.maximumEventsPerRequest ?? .max))
+    }
+
     /// Builds the next batch straight from the rows after `position` and up
     /// to `last` (no intermediate Strings): up to `limit` events, under
     /// `maximumBytes` and `format`'s own limits, built at `clock`'s time and
@@ -198,7 +203,7 @@ extension UploadBatch {
         clock: BatchClock, loss: LossCounts = LossCounts(), maximumBytes: Int = .max, from connection: Connection
     ) throws -> Read? {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
-        let limit = max(1, min(limit, format.maximumEventsPerRequest ?? .max))
+        let limit = eventLimit(limit, format)
         // Room for a batch of typical events without growing (a Segment call
         // with its context is about 700 bytes), never past the bound.
         var body = UploadBody(

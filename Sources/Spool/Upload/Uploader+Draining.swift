@@ -246,7 +246,9 @@ extension Uploader {
         var after = position
         if case .after(let last) = point { after = max(position, last) }
         // A batch read before from the same first event ends where it did:
-        // a retry carries the same events under the same key (W3).
+        // a retry carries the same events under the same key (W3). Only a
+        // batch that ended before the most events a batch holds leaves its
+        // bound (below).
         let bound = try connection.batchBound(after: after)
         guard let first = bound.first else {
             if ending { try connection.releaseLease(consumer, owner: owner) }
@@ -260,7 +262,12 @@ extension Uploader {
             clock: batchClock(), loss: loss, from: connection)
         {
         case .batch(let batch)?:
-            try connection.noteBatchBound(first: batch.first, last: batch.last)
+            // A batch of the most events a batch holds is read again the same
+            // from its first event; one that ended sooner (at the log's end,
+            // at the body's byte bound) would take events recorded since.
+            if batch.count < UploadBatch.eventLimit(settings.batchSize, format) {
+                try connection.noteBatchBound(first: batch.first, last: batch.last)
+            }
             return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
