@@ -8,7 +8,9 @@ import Testing
 /// they wait while there is none, and start at once when one returns.
 @Suite(.needsChildProcesses)
 struct NetworkPathTests {
-    @Test("without a network path automatic uploads wait and spend no retries; when a path returns they start at once, not after the backoff")
+    @Test(
+        "without a network path automatic uploads wait and spend no retries; when a path returns they start at once, not after the backoff"
+    )
     func uploadsWaitForANetworkPath() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)

@@ -40,7 +40,9 @@ struct PlatformDeviceTests {
         let back = Date()
         // Uploads go on by themselves (the 50 ms timer), without a flush.
         #expect(try await waitUntil(timeout: 30, interval: 0.01) { Set(collector.acceptedIDs()).isSuperset(of: ids) })
-        print("after 1,000 switches: every event at the collector \(Int(Date().timeIntervalSince(back) * 1_000)) ms later")
+        print(
+            "after 1,000 switches: every event at the collector \(Int(Date().timeIntervalSince(back) * 1_000)) ms later"
+        )
         #expect(ids.count == 3_000)
         // The collector's answer lands before the position is saved.
         #expect(try await waitUntil(timeout: 20, asking: { try await engine.uploadStatistics().pending == 0 }))
@@ -174,7 +176,9 @@ struct PlatformDeviceTests {
         os.grant = .granted
         os.send(.didBecomeActive)
         #expect(try await waitUntil(timeout: 30) { listener.customNames.count == 3_000 })
-        let order = listener.received.withLock { $0.filter { $0.name == "missed" }.compactMap { $0.parameters["i"]?.intValue } }
+        let order = listener.received.withLock {
+            $0.filter { $0.name == "missed" }.compactMap { $0.parameters["i"]?.intValue }
+        }
         #expect(order == Array(0..<3_000), "each once, in order")
         await engine.close()
     }

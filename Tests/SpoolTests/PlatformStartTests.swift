@@ -99,10 +99,13 @@ struct PlatformStartTests {
         let path = directory.databaseURL.path
         // The file exists, and its lock is another process's.
         await (try await startedEngine(directory)).close()
-        let holder = try ProcessBoundaryTests.Child([path, "holder", "--hold-open-lock"], in: directory, name: "holder")
+        let holder = try ProcessBoundaryTests.Child(
+            [path, "holder", "--hold-open-lock"], in: directory, name: "holder")
         try #require(try await waitUntil(timeout: 30) { holder.lines().contains("LOCKED") })
 
-        let engines = (0..<8).map { _ in EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL))) }
+        let engines = (0..<8).map { _ in
+            EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
+        }
         let starts = engines.map { engine in Task { try await engine.start() } }
         #if os(Linux)
             // Linux's executor adds threads when its own block, so the probe

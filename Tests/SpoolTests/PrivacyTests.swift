@@ -150,7 +150,8 @@ struct PrivacyTests {
         try await collector.control(["mode": "ok"])
 
         // Consent not granted yet at launch (configuration): the queue stays.
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
+        var configuration = uploadingConfiguration(
+            directory, collector: collector, batchSize: 1_000, timerInterval: 3_600)
         configuration.consent = false
         let undecided = EventEngine(configuration: configuration)
         try await undecided.start()
@@ -215,7 +216,12 @@ struct PrivacyTests {
             return true
         }
         chmod(folder.path, 0o555)
-        if holds() { return { chmod(folder.path, 0o755); unlink(probe.path) } }
+        if holds() {
+            return {
+                chmod(folder.path, 0o755)
+                unlink(probe.path)
+            }
+        }
         chmod(folder.path, 0o755)
         if (try? runProcess("/usr/bin/chattr", ["+i", folder.path]))?.status == 0, holds() {  // try?: no chattr here
             return {

@@ -12,7 +12,8 @@ struct SalvageTests {
     typealias Rows = SalvageReport.Rows
     static let latest = Migrator(migrations: Migration.embedded).latestVersion
 
-    @Test("P4: 64 KiB of garbage is set aside, never expires and is deleted by an erasure; a fresh file takes its place")
+    @Test(
+        "P4: 64 KiB of garbage is set aside, never expires and is deleted by an erasure; a fresh file takes its place")
     func garbageIsSetAside() async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
@@ -248,7 +249,8 @@ struct SalvageTests {
         for _ in 0..<2 {
             let engine = DamagedFiles.engine(directory, collector: collector) { $0.salvagesDamagedDatabase = false }
             await #expect(
-                throws: SpoolError.schemaTooNew(path: url.path, version: NewerSchemaTests.newer, latestKnown: Self.latest)
+                throws: SpoolError.schemaTooNew(
+                    path: url.path, version: NewerSchemaTests.newer, latestKnown: Self.latest)
             ) {
                 try await engine.start()
             }

@@ -118,8 +118,8 @@ extension Uploader {
     ) throws {
         _ = try saveAndRead(uploaded, handoff: settled, read: false)
         guard force, let handoff else { return }
-        throw SpoolError.uploadDeferred(reason: 
-            "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
+        throw SpoolError.uploadDeferred(
+            reason: "\(handoff.count) events are with the system's background transfer (batch \(handoff.batchID)); "
                 + "they are settled when it reports")
     }
 
@@ -128,7 +128,8 @@ extension Uploader {
     /// (the salvage closed them up). The batch is read and sent again.
     func checkSameFileAsRead() throws {
         guard log.database.fileGeneration == readGeneration else {
-            throw SpoolError.uploadDeferred(reason: "the database file was salvaged while a batch was in flight; it is sent again")
+            throw SpoolError.uploadDeferred(
+                reason: "the database file was salvaged while a batch was in flight; it is sent again")
         }
     }
 
