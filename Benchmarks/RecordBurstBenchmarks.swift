@@ -97,7 +97,7 @@ struct RecordBurstBenchmarks {
                     "writer \(formatNumber(writerCPUPerEvent / 1_000)) µs, caller \(formatNumber(callerCPUPerEvent / 1_000)) µs of thread CPU per event; below 1 the writer keeps up",
                 target: 1, comparison: .atMost))
         let depth = Samples(values: depths)
-        let bound = WriteBufferLimit.default
+        let bound = EngineConfiguration().writeBuffer
         report.add(
             Row(
                 area: "burst", name: "events waiting for the writer in the \(label) burst, median of samples",
@@ -117,7 +117,7 @@ struct RecordBurstBenchmarks {
                 area: "burst", name: "worst caller stall in the \(label) burst (buffer bound)", value: samples.max,
                 unit: "µs",
                 detail:
-                    "p99.9 \(formatNumber(samples.percentile(0.999))) µs; callers wait for the writer past \(WriteBufferLimit.default.maximumEvents) events or \(WriteBufferLimit.default.maximumBytes >> 20) MiB"
+                    "p99.9 \(formatNumber(samples.percentile(0.999))) µs; callers wait for the writer past \(EngineConfiguration().writeBuffer.maximumEvents) events or \(EngineConfiguration().writeBuffer.maximumBytes >> 20) MiB"
             ))
         report.add(
             Row(

@@ -137,7 +137,7 @@ struct SurveyFilterTests {
                 try engine.record("purchase", parameters: ["amount": amount])
             }
             clock.advance(by: 1)
-            try engine.surveys.markShown("checkout")
+            try engine.surveys.mark(.shown, "checkout")
         }
         try await engine.settle()
         await engine.close()

@@ -27,11 +27,11 @@ struct SurveyTests {
         let onShown = Protected(0)
         engine.on(.survey(.shown)) { _ in onShown.withLock { $0 += 1 } }
         try engine.surveys.register(Survey(id: "nps"))
-        try engine.surveys.markShown("nps")
-        try engine.surveys.markQuestionAnswered("nps", questionID: "q1", answer: 9)
-        try engine.surveys.markDismissed("nps")
-        try engine.surveys.markClosed("nps")
-        try engine.surveys.markCompleted("nps")
+        try engine.surveys.mark(.shown, "nps")
+        try engine.surveys.mark(.questionAnswered, "nps", parameters: ["question_id": "q1", "answer": 9])
+        try engine.surveys.mark(.dismissed, "nps")
+        try engine.surveys.mark(.closed, "nps")
+        try engine.surveys.mark(.completed, "nps")
         try await engine.settle()
         let lifecycle = SurveyLifecycleEvent.allCases.map(\.rawValue)
         let delivered = listener.names.filter(lifecycle.contains)
@@ -60,9 +60,9 @@ struct SurveyTests {
         try await engine.settle()
         #expect(triggers.pairs == ["anything<-screen_view"])
         // The app shows it, the user dismisses it: no re-trigger.
-        try engine.surveys.markShown("anything")
-        try engine.surveys.markDismissed("anything")
-        try engine.surveys.markCompleted("anything")
+        try engine.surveys.mark(.shown, "anything")
+        try engine.surveys.mark(.dismissed, "anything")
+        try engine.surveys.mark(.completed, "anything")
         try engine.record("flush_event")
         try await engine.settle()
         #expect(triggers.pairs == ["anything<-screen_view"], "lifecycle events and the heartbeat are never candidates")
@@ -79,7 +79,7 @@ struct SurveyTests {
         try engine.surveys.register(Survey(id: "checkout", triggerEventNames: ["purchase", "survey_completed"]))
         try engine.surveys.register(Survey(id: "onboarding", triggerEventNames: ["signup"]))
         for name in ["screen_view", "purchase", "signup"] { try engine.record(name) }
-        try engine.surveys.markCompleted("checkout")
+        try engine.surveys.mark(.completed, "checkout")
         try await engine.settle()
         #expect(triggers.pairs == ["checkout<-purchase", "onboarding<-signup"])
         await engine.close()
@@ -98,8 +98,8 @@ struct SurveyTests {
         try engine.record("app_open")
         try await engine.settle()
         #expect(!triggers.surveyIDs.contains("loyal"))
-        try engine.surveys.markCompleted("first")
-        try engine.surveys.markCompleted("first")
+        try engine.surveys.mark(.completed, "first")
+        try engine.surveys.mark(.completed, "first")
         try engine.record("app_open")
         try await engine.settle()
         #expect(triggers.surveyIDs.filter { $0 == "loyal" }.count == 1)
@@ -176,7 +176,7 @@ struct SurveyTests {
     @Test("bad input: unknown survey ids, negative counts or windows, empty trigger lists")
     func badInput() async throws {
         let engine = try await startedEngine()
-        #expect(throws: SpoolError.unknownSurvey("ghost")) { try engine.surveys.markShown("ghost") }
+        #expect(throws: SpoolError.unknownSurvey("ghost")) { try engine.surveys.mark(.shown, "ghost") }
         #expect(try await engine.storedNames() == ["session_start"], "nothing recorded for an unknown survey")
         #expect(throws: SpoolError.invalidSurvey(.emptySurveyID)) { try engine.surveys.register(Survey(id: "")) }
         #expect(throws: SpoolError.invalidSurvey(.emptyTriggerList(surveyID: "s"))) {

@@ -29,8 +29,9 @@ public struct EngineConfiguration: Sendable {
     public var sessionEventLimit: Int?
     /// Events that bypass the session limit and are not counted toward it.
     ///
-    /// Defaults to ``defaultPriorityEventNames``; `session_start` is always
-    /// treated as priority.
+    /// Defaults to the campaign events `inapp_seen`, `push_session` and
+    /// `confirmation_page_view`; add your own with `formUnion(_:)`.
+    /// `session_start` is always treated as priority.
     public var priorityEventNames: Set<String>
     /// Names stored and uploaded but never delivered to listeners,
     /// registrations, streams or durable listeners.
@@ -195,7 +196,7 @@ public struct EngineConfiguration: Sendable {
 
     /// How many dead letters are kept, and for how long (10,000 for 30 days
     /// by default).
-    public var deadLetterLimits: DeadLetterLimits = .default
+    public var deadLetterLimits = DeadLetterLimits()
 
     /// Which networks uploads may use: any (the default), or only unmetered
     /// ones. ``EventEngine/setUploadPolicy(_:)`` changes it while running
@@ -231,10 +232,9 @@ public struct EngineConfiguration: Sendable {
     /// goes on: tests close the engine there.
     var startStep: (@Sendable (StartStep) async -> Void)?
 
-    /// The campaign events that bypass the per-session limit by default:
-    /// `inapp_seen`, `push_session` and `confirmation_page_view`. Add your own
-    /// with `defaultPriorityEventNames.union([...])`.
-    public static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
+    /// The campaign events that bypass the per-session limit by default
+    /// (the initializer's default, hence `@usableFromInline`).
+    @usableFromInline static let defaultPriorityEventNames: Set<String> = ["inapp_seen", "push_session", "confirmation_page_view"]
 
     // The upload defaults, named once for the initializer's signature (hence
     // @usableFromInline) and for the engine; the properties document them.

@@ -18,6 +18,9 @@ extension SpoolError {
     /// ```
     public struct SQLiteFailure: Sendable, Hashable, CustomStringConvertible {
         /// A primary SQLite result code (`SQLITE_BUSY`, `SQLITE_FULL`, …).
+        ///
+        /// The constants name the codes Spool's API can pass on; another
+        /// code compares equal to `ResultCode(rawValue:)` of its number.
         public struct ResultCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
             /// The code's number, as in SQLite's C API.
             public let rawValue: Int32
@@ -29,8 +32,6 @@ extension SpoolError {
             /// `SQLITE_BUSY`: another connection (often another process) held a
             /// lock for longer than the busy timeout.
             public static let busy = ResultCode(SQLiteError.ResultCode.busy)
-            /// `SQLITE_LOCKED`: a conflict inside the same connection.
-            public static let locked = ResultCode(SQLiteError.ResultCode.locked)
             /// `SQLITE_READONLY`: the file or its directory cannot be written.
             public static let readOnly = ResultCode(SQLiteError.ResultCode.readOnly)
             /// `SQLITE_IOERR`: the operating system reported an I/O error.
@@ -47,8 +48,6 @@ extension SpoolError {
             public static let notADatabase = ResultCode(SQLiteError.ResultCode.notADatabase)
             /// `SQLITE_TOOBIG`: a value is larger than SQLite allows.
             public static let tooBig = ResultCode(SQLiteError.ResultCode.tooBig)
-            /// `SQLITE_MISMATCH`: a value of the wrong type for its column.
-            public static let mismatch = ResultCode(SQLiteError.ResultCode.mismatch)
 
             init(_ code: SQLiteError.ResultCode) { rawValue = code.rawValue }
 

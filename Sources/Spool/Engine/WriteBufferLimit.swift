@@ -37,8 +37,9 @@ public struct WriteBufferLimit: Sendable, Hashable {
     /// 8,192 events or 1 MiB, whichever comes first: room for the writer's
     /// next group while it commits one (about 3,500 events of ten
     /// parameters), so it never waits for work, while a burst of any size
-    /// holds a few megabytes.
-    public static let `default` = WriteBufferLimit(
+    /// holds a few megabytes. ``EngineConfiguration/writeBuffer``'s default
+    /// (hence `@usableFromInline`).
+    @usableFromInline static let `default` = WriteBufferLimit(
         maximumEvents: EventLog.Limits.standard.events, maximumBytes: EventLog.Limits.standard.bytes)
 
     /// A bound of `maximumEvents` events or `maximumBytes` bytes, whichever

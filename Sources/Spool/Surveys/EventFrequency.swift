@@ -21,7 +21,7 @@ import Foundation
 /// EventFrequency("settings_opened", .atLeast, 2, in: .thisSession)
 /// ```
 public struct EventFrequency: Sendable, Hashable {
-    /// How the number of occurrences compares with ``EventFrequency/count``.
+    /// How the number of occurrences compares with the rule's `count`.
     public enum Comparison: Sendable, Hashable {
         /// `count` or more occurrences.
         case atLeast
@@ -52,16 +52,16 @@ public struct EventFrequency: Sendable, Hashable {
     }
 
     /// The event name whose occurrences are counted.
-    public let eventName: String
-    /// How the occurrences compare with ``count``.
-    public let comparison: Comparison
+    let eventName: String
+    /// How the occurrences compare with `count`.
+    let comparison: Comparison
     /// The number of occurrences compared against; must not be negative.
-    public let count: Int
+    let count: Int
     /// The stretch of history counted.
-    public let window: Window
+    let window: Window
     /// Which occurrences count: those whose property passes the filter (nil:
     /// every occurrence).
-    public let filter: PropertyFilter?
+    let filter: PropertyFilter?
 
     /// A condition on how often `eventName` occurred in `window`, counting
     /// only the occurrences that pass `filter` when one is given.

@@ -3,10 +3,11 @@ import Foundation
 /// "Event A, then event B within a window, and (optionally) no event C in
 /// the window after B."
 ///
-/// Holds when an occurrence of ``second`` came in the same millisecond as an
-/// occurrence of ``first`` or after it, no more than ``gap`` later (with
+/// Holds when an occurrence of `second` came in the same millisecond as an
+/// occurrence of `first` or after it, no more than `gap` later (with
 /// ``EventFrequency/Window/thisSession``: both in the current session), and
-/// that occurrence of `second` lies in ``window``. With an ``absence``, the
+/// that occurrence of `second` lies in `window`. With an absence
+/// (``notFollowed(by:within:)``), the
 /// absent event must not have occurred in the milliseconds after that
 /// `second` up to the absence's window: which can only be known once that
 /// window has passed, so such a rule holds from the first evaluation at
@@ -23,27 +24,27 @@ import Foundation
 ///     .notFollowed(by: "purchase", within: .minutes(10))
 /// ```
 public struct EventSequence: Sendable, Hashable {
-    /// An event that must not follow ``EventSequence/second``.
-    public struct Absence: Sendable, Hashable {
+    /// An event that must not follow the sequence's `second`.
+    struct Absence: Sendable, Hashable {
         /// The event that must not occur.
-        public let eventName: String
+        let eventName: String
         /// How long after `second` it must not occur: `.last(seconds:)`.
-        public let within: EventFrequency.Window
+        let within: EventFrequency.Window
     }
 
     /// The event that comes first.
-    public let first: String
+    let first: String
     /// The event that follows it.
-    public let second: String
+    let second: String
     /// How long after `first` the `second` may come: `.last(seconds:)`, or
     /// `.thisSession` for both in the current session; `.ever` is refused
     /// (``SpoolError/SurveyProblem/sequenceWithoutWindow(surveyID:)``).
-    public let gap: EventFrequency.Window
+    let gap: EventFrequency.Window
     /// Where `second` must lie: everything the history keeps (`.ever`, the
     /// default), the last N seconds, or this session.
-    public let window: EventFrequency.Window
+    let window: EventFrequency.Window
     /// The event that must not follow `second`, if any.
-    public let absence: Absence?
+    let absence: Absence?
 
     /// `first`, then `second` no more than `gap` later, with `second` in
     /// `window`.

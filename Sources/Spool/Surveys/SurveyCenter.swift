@@ -21,7 +21,7 @@ import SpoolStorage
 /// engine.surveys.onTrigger { trigger in
 ///     DispatchQueue.main.async { present(trigger.surveyID) }
 /// }
-/// try engine.surveys.markShown("nps")
+/// try engine.surveys.mark(.shown, "nps")
 /// ```
 ///
 /// Registered surveys live in memory: register them again after each launch.
@@ -136,85 +136,32 @@ public final class SurveyCenter: Sendable {
 
     // MARK: - Lifecycle events
 
-    /// Records `survey_shown` for a registered survey.
+    /// Records one step of a registered survey's lifecycle: `.shown`,
+    /// `.dismissed`, `.closed`, `.questionAnswered` or `.completed` (the
+    /// events `survey_shown` … `survey_completed`), with a `survey_id`
+    /// parameter that Spool sets.
     ///
-    /// Recorded through `record`, like a custom event: the same gates apply,
-    /// and the returned outcome says whether it was stored.
+    /// Recorded through `record`, like a custom event: the same gates and
+    /// validation apply to `parameters`, and the returned outcome says
+    /// whether it was stored. By convention `.questionAnswered` carries
+    /// `question_id` and `answer`:
     ///
-    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
-    ///   registered (nothing is recorded), and whatever
-    ///   ``EventEngine/record(_:parameters:)`` throws.
-    @discardableResult
-    public func markShown(_ surveyID: String) throws -> RecordOutcome {
-        try recordLifecycle(.shown, surveyID)
-    }
-
-    /// Records `survey_dismissed` for a registered survey.
-    ///
-    /// Recorded through `record`, like a custom event: the same gates apply,
-    /// and the returned outcome says whether it was stored.
+    /// ```swift
+    /// try engine.surveys.mark(.shown, "nps")
+    /// try engine.surveys.mark(.questionAnswered, "nps", parameters: ["question_id": "q1", "answer": 9])
+    /// ```
     ///
     /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
     ///   registered (nothing is recorded), and whatever
     ///   ``EventEngine/record(_:parameters:)`` throws.
     @discardableResult
-    public func markDismissed(_ surveyID: String) throws -> RecordOutcome {
-        try recordLifecycle(.dismissed, surveyID)
-    }
-
-    /// Records `survey_closed` for a registered survey.
-    ///
-    /// Recorded through `record`, like a custom event: the same gates apply,
-    /// and the returned outcome says whether it was stored.
-    ///
-    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
-    ///   registered (nothing is recorded), and whatever
-    ///   ``EventEngine/record(_:parameters:)`` throws.
-    @discardableResult
-    public func markClosed(_ surveyID: String) throws -> RecordOutcome {
-        try recordLifecycle(.closed, surveyID)
-    }
-
-    /// Records `survey_question_answered` for a registered survey, with the
-    /// parameters `question_id` and `answer`.
-    ///
-    /// Recorded through `record`, like a custom event: the same gates apply,
-    /// and the returned outcome says whether it was stored.
-    ///
-    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
-    ///   registered (nothing is recorded), and whatever
-    ///   ``EventEngine/record(_:parameters:)`` throws.
-    @discardableResult
-    public func markQuestionAnswered(_ surveyID: String, questionID: String, answer: EventValue) throws -> RecordOutcome
-    {
-        try recordLifecycle(.questionAnswered, surveyID, ["question_id": .string(questionID), "answer": answer])
-    }
-
-    /// Records `survey_completed` for a registered survey.
-    ///
-    /// Recorded through `record`, like a custom event: the same gates apply,
-    /// and the returned outcome says whether it was stored.
-    ///
-    /// - Throws: ``SpoolError/unknownSurvey(_:)`` when `surveyID` is not
-    ///   registered (nothing is recorded), and whatever
-    ///   ``EventEngine/record(_:parameters:)`` throws.
-    @discardableResult
-    public func markCompleted(_ surveyID: String) throws -> RecordOutcome {
-        try recordLifecycle(.completed, surveyID)
-    }
-
-    /// Lifecycle events go through `record` like any custom event: gates,
-    /// storage, listeners, upload and history.
-    ///
-    /// - Throws: ``SpoolError/unknownSurvey(_:)`` for an id that is not
-    ///   registered (nothing is recorded), and whatever `record` throws.
-    private func recordLifecycle(
-        _ event: SurveyLifecycleEvent, _ surveyID: String, _ extra: [String: EventValue] = [:]
+    public func mark(
+        _ step: SurveyLifecycleEvent, _ surveyID: String, parameters: [String: EventValue] = [:]
     ) throws -> RecordOutcome {
         guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SpoolError.unknownSurvey(surveyID) }
-        var parameters = extra
+        var parameters = parameters
         parameters["survey_id"] = .string(surveyID)
-        return try context.record(event.rawValue, parameters)
+        return try context.record(step.rawValue, parameters)
     }
 
     // MARK: - Triggers

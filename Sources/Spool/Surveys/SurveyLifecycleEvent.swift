@@ -5,7 +5,7 @@
 /// trigger candidates, so a wildcard survey cannot re-show itself from its
 /// own `survey_dismissed`. ``EventFrequency`` conditions count them normally.
 ///
-/// Record them with ``SurveyCenter``'s `mark…` methods when your app shows,
+/// Record them with ``SurveyCenter/mark(_:_:parameters:)`` when your app shows,
 /// dismisses or closes a survey; each carries a `survey_id` parameter, and
 /// Spool gives the names no meaning beyond that. The raw value is the event
 /// name as stored and delivered; subscribe with

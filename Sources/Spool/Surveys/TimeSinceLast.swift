@@ -11,7 +11,7 @@ import Foundation
 /// TimeSinceLast("app_opened", .atLeast, 7 * 86_400)   // not opened for a week
 /// ```
 public struct TimeSinceLast: Sendable, Hashable {
-    /// How the time since the last occurrence compares with ``seconds``.
+    /// How the time since the last occurrence compares with `seconds`.
     public enum Comparison: Sendable, Hashable {
         /// At least `seconds` ago, or never.
         case atLeast
@@ -20,11 +20,11 @@ public struct TimeSinceLast: Sendable, Hashable {
     }
 
     /// The event whose last occurrence is measured.
-    public let eventName: String
-    /// How the time compares with ``seconds``.
-    public let comparison: Comparison
+    let eventName: String
+    /// How the time compares with `seconds`.
+    let comparison: Comparison
     /// The time compared against, in seconds; must not be negative.
-    public let seconds: TimeInterval
+    let seconds: TimeInterval
 
     /// A condition on how long ago `eventName` last occurred.
     public init(_ eventName: String, _ comparison: Comparison, _ seconds: TimeInterval) {

@@ -84,9 +84,9 @@ public enum ValueMatch: Sendable, Hashable {
 /// ```
 public struct PropertyFilter: Sendable, Hashable {
     /// The parameter's key in the event.
-    public let property: String
+    let property: String
     /// The test its value must pass.
-    public let match: ValueMatch
+    let match: ValueMatch
 
     /// A filter on the event parameter `property`.
     public static func property(_ property: String, _ match: ValueMatch) -> PropertyFilter {

@@ -43,8 +43,9 @@ import Foundation
 /// it.
 public struct BackgroundTransfers: Sendable, Hashable {
     /// How long a hand-off waits for the system's report before it is sent
-    /// again by default: an hour.
-    public static let defaultResendAfter: TimeInterval = 3_600
+    /// again by default (the initializer's default, hence
+    /// `@usableFromInline`).
+    @usableFromInline static let defaultResendAfter: TimeInterval = 3_600
 
     /// The part of the session identifier that names this queue; nil: the
     /// database file's name. The identifier is `spool.<name>`; give each
@@ -52,7 +53,7 @@ public struct BackgroundTransfers: Sendable, Hashable {
     public var name: String?
 
     /// How long a hand-off waits for the system's report before it is sent
-    /// again, with the same batch id.
+    /// again, with the same batch id. Default: an hour.
     public var resendAfter: TimeInterval
 
     /// For an app extension: the app group container the system downloads

@@ -15,14 +15,12 @@ public struct DeadLetterLimits: Sendable, Hashable {
     /// bound.
     public var maximumAge: TimeInterval?
 
-    /// Bounds for dead letters; nil leaves that bound off.
+    /// Bounds for dead letters; nil leaves that bound off. The defaults
+    /// keep 10,000 dead letters, each for 30 days.
     public init(maximumCount: Int? = 10_000, maximumAge: TimeInterval? = 30 * 86_400) {
         self.maximumCount = maximumCount.map { max(0, $0) }
         self.maximumAge = maximumAge.map { max(0, $0) }
     }
-
-    /// 10,000 dead letters, each for 30 days.
-    public static let `default` = DeadLetterLimits()
 }
 
 /// Which dead letters ``EventEngine/requeueDeadLetters(_:)`` puts back.

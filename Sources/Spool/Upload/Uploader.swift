@@ -118,7 +118,7 @@ actor Uploader {
     init(
         log: EventLog, dispatcher: any EventDispatcher, settings: Settings, owner: String,
         diagnostics: DiagnosticsCenter, results: UploadResultCenter? = nil,
-        deadLetterLimits: DeadLetterLimits = .default, networkPath: (any NetworkPathSource)? = nil,
+        deadLetterLimits: DeadLetterLimits = DeadLetterLimits(), networkPath: (any NetworkPathSource)? = nil,
         transferFiles: TransferFiles? = nil, policy: UploadPolicy = .always,
         isAllowed: @escaping @Sendable () -> Bool
     ) {
