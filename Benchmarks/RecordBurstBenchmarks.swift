@@ -117,7 +117,7 @@ struct RecordBurstBenchmarks {
                 area: "burst", name: "worst caller stall in the \(label) burst (buffer bound)", value: samples.max,
                 unit: "µs",
                 detail:
-                    "p99.9 \(formatNumber(samples.percentile(0.999))) µs; callers wait for the writer past \(EngineConfiguration().writeBuffer.maximumEvents) events or \(EngineConfiguration().writeBuffer.maximumBytes >> 20) MiB"
+                    "p99.9 \(formatNumber(samples.percentile(0.999))) µs; callers wait for the writer past \(bound.maximumEvents) events or \(bound.maximumBytes >> 20) MiB"
             ))
         report.add(
             Row(

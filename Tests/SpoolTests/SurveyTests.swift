@@ -27,7 +27,7 @@ struct SurveyTests {
         let onShown = Protected(0)
         engine.on(.survey(.shown)) { _ in onShown.withLock { $0 += 1 } }
         try engine.surveys.register(Survey(id: "nps"))
-        try engine.surveys.mark(.shown, "nps")
+        try engine.surveys.mark(.shown, "nps", parameters: ["survey_id": "another", "variant": "b"])
         try engine.surveys.mark(.questionAnswered, "nps", parameters: ["question_id": "q1", "answer": 9])
         try engine.surveys.mark(.dismissed, "nps")
         try engine.surveys.mark(.closed, "nps")
@@ -41,6 +41,8 @@ struct SurveyTests {
             ])
         let answered = try #require(listener.received.withLock { $0.first { $0.name == "survey_question_answered" } })
         #expect(answered.parameters == ["survey_id": "nps", "question_id": "q1", "answer": 9])
+        let shown = try #require(listener.received.withLock { $0.first { $0.name == "survey_shown" } })
+        #expect(shown.parameters == ["survey_id": "nps", "variant": "b"], "the app's parameters, survey_id set by Spool")
         #expect(onShown.withLock { $0 } == 1, "on() subscriptions work for each lifecycle event")
         let stored = try await engine.storedNames()
         #expect(lifecycle.allSatisfy(stored.contains), "stored, so uploaded")

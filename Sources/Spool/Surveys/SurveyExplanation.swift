@@ -43,7 +43,7 @@ public struct ConditionVerdict: Sendable, Hashable {
         /// count stopped at its cap (the rule's count + 1), so there may be
         /// more.
         case occurrences(Int, orMore: Bool)
-        /// When the latest matching the sequence's `second` occurred (to the
+        /// When the latest matching occurrence of the sequence's `second` came (to the
         /// millisecond), or nil when no occurrence matched.
         case sequenceMatched(at: Date?)
         /// How long ago the event last occurred, or nil when it never did.
