@@ -58,7 +58,7 @@ extension Connection {
             try statement.bind(limit, at: 2)
             if let sealing {
                 var rows = OpenedEventRows(sealing)
-                defer { rows.deallocate() }
+                defer { rows.release() }
                 try rows.forEach(in: statement, on: self, closed: &closed, body)
                 return
             }

@@ -9,7 +9,9 @@ import Foundation
 ///
 /// An identity's and a context's sealed values are opened once per call and
 /// kept. Each row's bytes, and its parameters opened, sit in one buffer,
-/// reused from chunk to chunk; ``deallocate()`` frees it.
+/// reused from chunk to chunk and, through the session
+/// (``SealingSession/spareRowBuffers``), from one call to the next:
+/// ``release()`` hands the buffers back.
 struct OpenedEventRows {
     /// How many rows are read and opened before they are handed on: an
     /// upload batch of 100 at once.
@@ -55,14 +57,36 @@ struct OpenedEventRows {
     /// The identities' and contexts' opened values.
     private var kept = ByteArena()
 
+    /// The most bytes a buffer may hold and still be kept for the next
+    /// call: an upload batch's rows of a few kilobytes each. One that grew
+    /// past it (rows of large events) is freed, so what the connection
+    /// keeps stays small.
+    static let sparedCapacity = 1 << 20
+
+    /// Rows read with `sealing`'s keys, in the buffers it kept, if any.
     init(_ sealing: SealingSession) {
         self.sealing = sealing
+        if let spare = sealing.spareRowBuffers {
+            sealing.spareRowBuffers = nil
+            (bytes, kept) = spare
+        }
     }
 
-    /// Frees the buffers.
-    func deallocate() {
-        bytes.deallocate()
-        kept.deallocate()
+    /// Hands the buffers back to the session for the next call, emptied;
+    /// frees them instead when one grew past ``sparedCapacity`` or the
+    /// session already holds others.
+    func release() {
+        guard sealing.spareRowBuffers == nil, bytes.capacity <= Self.sparedCapacity,
+            kept.capacity <= Self.sparedCapacity
+        else {
+            bytes.deallocate()
+            kept.deallocate()
+            return
+        }
+        var (bytes, kept) = (bytes, kept)
+        bytes.removeAll()
+        kept.removeAll()
+        sealing.spareRowBuffers = (bytes, kept)
     }
 
     /// Steps `statement` (``Connection/forEachEventRow(after:limit:now:_:)``'s)
@@ -205,6 +229,9 @@ struct OpenedEventRows {
 struct ByteArena {
     private var storage = UnsafeMutableRawBufferPointer(start: nil, count: 0)
     private(set) var count = 0
+
+    /// The bytes allocated.
+    var capacity: Int { storage.count }
 
     /// The bytes in `range`: valid until the buffer next grows.
     subscript(range: Range<Int>) -> UnsafeRawBufferPointer {

@@ -57,6 +57,10 @@ package final class SealingSession {
     /// The associated data of the value being sealed or opened.
     @exclusivity(unchecked) private var associatedData = UnsafeMutableRawBufferPointer.allocate(
         byteCount: 128, alignment: 8)
+    /// The buffers of the last read of event rows (``OpenedEventRows``),
+    /// emptied and kept for the next, so that a read does not allocate
+    /// them again; nil while a read holds them.
+    var spareRowBuffers: (rows: ByteArena, kept: ByteArena)?
 
     package init(sealer: RowSealer) {
         self.sealer = sealer
@@ -67,6 +71,8 @@ package final class SealingSession {
         sealed.deallocate()
         run.deallocate()
         associatedData.deallocate()
+        spareRowBuffers?.rows.deallocate()
+        spareRowBuffers?.kept.deallocate()
     }
 
     // MARK: - Sealing

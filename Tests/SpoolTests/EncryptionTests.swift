@@ -280,4 +280,41 @@ struct EncryptionTests {
         #expect(secrets == (0..<5).map { "sealed-\($0)" })
         await second.close()
     }
+
+    @Test(
+        "P10: a read of sealed rows keeps its buffers for the next read and frees those that grew past 1 MiB; every read opens the same values"
+    )
+    func rowBuffersKept() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = EngineConfiguration(database: .file(directory.databaseURL))
+        configuration.encryption = .aesGCM(keyProvider: try TestKeys("k1"))
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        for index in 0..<300 { try engine.record("small", parameters: ["i": .int(index)]) }
+        try await engine.settle()
+        func read() async throws -> (parameters: [String], kept: Bool) {
+            try await engine.query { connection in
+                var parameters: [String] = []
+                try connection.forEachEventRow(after: 0, limit: 1_000, now: 0) { row in
+                    parameters.append(String(decoding: row.parameters, as: UTF8.self))
+                    return true
+                }
+                return (parameters, connection.sealing?.spareRowBuffers != nil)
+            }
+        }
+        let first = try await read()
+        let second = try await read()
+        #expect(first.parameters.filter { $0.hasPrefix("{\"i\":") }.count == 300)
+        #expect(second.parameters == first.parameters, "the kept buffers hold no value of the read before")
+        #expect(first.kept && second.kept)
+        // 20 events of 100 KB: a chunk of rows passes 1 MiB.
+        let large = String(repeating: "x", count: 100_000)
+        for _ in 0..<20 { try engine.record("large", parameters: ["blob": .string(large)]) }
+        try await engine.settle()
+        let grown = try await read()
+        #expect(grown.parameters.count == first.parameters.count + 20)
+        #expect(grown.parameters.suffix(20).allSatisfy { $0.count > 100_000 })
+        #expect(!grown.kept, "freed, so the connection keeps little")
+        await engine.close()
+    }
 }
