@@ -7,7 +7,7 @@ import SpoolStorage
 /// position advance, prefix delete) with the transport stubbed in-process,
 /// beside a raw-SQLite drain; each batch format (UploadFormatBenchmarks); end
 /// to end to the loopback collector, and the tail an app waits after its last
-/// `record`.
+/// `record` (TailBenchmarks).
 struct DrainBenchmarks {
     let quick: Bool
     let report: Report
@@ -236,66 +236,5 @@ struct DrainBenchmarks {
                 area: "upload", name: "end to end, request bytes", value: Double(bytes) / elapsed / 1_048_576,
                 unit: "MB/s",
                 detail: "the single-threaded Python collector is the likely bound"))
-    }
-
-    /// The end-to-end tail: a fresh engine records 20,000 varied events as
-    /// fast as one thread can (batches of 100 go out meanwhile, gzipped, to
-    /// the loopback collector) and calls `flush()`; the time from the last
-    /// `record` returning until the collector has answered for every event
-    /// (`flush()` returns only then). Five rounds (two with `--quick`).
-    func tail() async throws {
-        guard let collector = LoopbackCollector(purpose: "the end-to-end tail", lean: true) else { return }
-        defer { collector.stop() }
-        let count = 20_000
-        var tails: [Double] = []
-        var requests: [Double] = []
-        var (flights, gaps): ([Double], [Double]) = ([], [])
-        let window = MachineSnapshot.take()
-        for _ in 0..<(quick ? 2 : 5) {
-            let scratch = Scratch("tail")
-            let engine = Self.loopbackEngine(on: scratch.database, count: count, collector: collector.url)
-            try await engine.start()
-            for index in 0..<count {
-                let (name, parameters) = UploadFormatBenchmarks.variants[index % UploadFormatBenchmarks.variants.count]
-                try engine.recordRetrying(name, parameters: parameters)
-            }
-            let last = now()
-            try await engine.flush()
-            tails.append(seconds(since: last))
-            let statistics = try await engine.uploadStatistics()
-            precondition(statistics.pending == 0 && statistics.uploaded > count, "the collector lacks events")
-            requests.append(Double(statistics.requests))
-            await engine.close()
-            let (inFlight, between) = Self.requestTimes(scratch.database)
-            flights.append(inFlight)
-            gaps.append(between)
-        }
-        let counted = try collector.countedEvents()
-        precondition(counted >= tails.count * (count + 1), "the collector counted \(counted) events")
-        let samples = Samples(values: tails)
-        let interval = samples.medianInterval
-        report.add(
-            Row(
-                area: "upload", name: "end-to-end tail, last record() until the loopback collector has 20k",
-                value: samples.median, unit: "s",
-                detail:
-                    "median of \(tails.count) rounds, interval \(formatNumber(interval.low))–\(formatNumber(interval.high)) s; \(count) events recorded unthrottled while batches of 100 go out gzipped, then flush(); \(formatNumber(Samples(values: requests).median)) requests to the lean Python collector, each \(formatNumber(Samples(values: flights).median)) ms in flight and sent \(formatNumber(Samples(values: gaps).median)) ms after the one before (medians)",
-                target: 0.2, comparison: .atMost, low: interval.low, high: interval.high, rounds: tails.count,
-                othersShare: window.othersShare()))
-    }
-
-    /// From the `upload_batches` rows of a closed engine's file: the median
-    /// request's time in flight (transport and collector), and the median
-    /// time between one request's send and the next's, in ms.
-    static func requestTimes(_ database: URL) -> (inFlight: Double, between: Double) {
-        let raw = RawSQLite(path: database.path)
-        let statement = raw.prepare("SELECT sent_at, duration_ms FROM upload_batches ORDER BY id")
-        defer { sqlite3_finalize(statement) }
-        var rows: [(sentAt: Double, duration: Double)] = []
-        while sqlite3_step(statement) == SQLITE_ROW {
-            rows.append((sqlite3_column_double(statement, 0), sqlite3_column_double(statement, 1)))
-        }
-        let between = zip(rows.dropFirst(), rows).map { ($0.sentAt - $1.sentAt) * 1_000 }
-        return (Samples(values: rows.map(\.duration)).median, Samples(values: between).median)
     }
 }
