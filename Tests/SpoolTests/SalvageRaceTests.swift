@@ -49,7 +49,11 @@ struct SalvageRaceTests {
             // A collector of its own: its log is read after every request.
             let collectorDirectory = TemporaryDirectory()
             let collector = try await TestCollector(collectorDirectory)
-            let engine = DamagedFiles.engine(directory, collector: collector)
+            // What the engine reported, for the message of a salvage that does not come.
+            let diagnostics = Protected<[String]>([])
+            let engine = DamagedFiles.engine(directory, collector: collector) { configuration in
+                configuration.diagnosticHandler = { diagnostic in diagnostics.withLock { $0.append("\(diagnostic)") } }
+            }
             let listener = CollectingListener()
             if meeter == .durableListener { engine.events.addDurableObserver(listener, id: "kept") }
             try await engine.start()
@@ -67,8 +71,8 @@ struct SalvageRaceTests {
             case .durableListener: break  // its catch-up from start() reads the page
             }
             if timing == .during { _ = try await recording.value }
-            try #require(
-                try await waitUntil(timeout: 30, interval: 0.01) { engine.salvageReport != nil }, "\(label): salvaged")
+            let salvaged = try await waitUntil(timeout: 30, interval: 0.01) { engine.salvageReport != nil }
+            try #require(salvaged, "\(label): salvaged; the engine reported \(diagnostics.withLock { $0 })")
             let acknowledged = try await recording.value
             try await flushUntilDone(engine)
             #expect(
