@@ -12,7 +12,7 @@ import SpoolStorage
 /// number of requests costs through URLSession alone, measured in the same
 /// run against the same collector.
 extension DrainBenchmarks {
-    /// When a round's requests went, from its `upload_batches` rows (ms).
+    /// When a round's requests went, from its `upload_batches` rows (times in ms).
     struct RequestTimes {
         /// Requests sent before the last `record` returned, and their
         /// median time in flight (transport and collector).
