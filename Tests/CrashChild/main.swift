@@ -65,7 +65,8 @@
 //             prints "LOCKED" and idles until killed.
 // --cycles N  Starts, records into and closes an engine on the file N times
 //             after 50 warm-up cycles, printing "BEFORE <fds> <rss>" and
-//             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1).
+//             "AFTER <fds> <rss>" (open descriptors, resident bytes or -1),
+//             each after "DESCRIPTORS <fd>=<target> …" on Linux.
 import Foundation
 import Spool
 import SpoolStorage
@@ -390,7 +391,16 @@ case "--cycles":
         await engine.close()
     }
     func measure() -> String {
-        let descriptors = (0..<Int32(4_096)).reduce(0) { $0 + (fcntl($1, F_GETFD) != -1 ? 1 : 0) }
+        let open = (0..<Int32(4_096)).filter { fcntl($0, F_GETFD) != -1 }
+        #if os(Linux)
+            // What each is, for a test that finds one more after the cycles.
+            let targets = open.map { descriptor -> String in
+                let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(descriptor)")
+                return "\(descriptor)=\(target ?? "?")"
+            }
+            emit("DESCRIPTORS \(targets.joined(separator: " "))")
+        #endif
+        let descriptors = open.count
         var resident = -1
         #if os(Linux)
             if let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
