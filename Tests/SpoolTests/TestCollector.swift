@@ -105,6 +105,11 @@ final class TestCollector: @unchecked Sendable {
         releasePort()
     }
 
+    /// Seconds the collector process lives, so that none outlives a test run
+    /// that died: longer than any test. Under the thread sanitizer, with the
+    /// suite's tests in parallel, one of a second or two can take over 300 s.
+    private static let lifetime = isThreadSanitized ? 1_200 : 300
+
     /// How many collectors may be starting at once: dozens of tests start
     /// one at the same moment, and Python's start-up is CPU work.
     private static let starting = DispatchSemaphore(value: 3)
@@ -114,7 +119,8 @@ final class TestCollector: @unchecked Sendable {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             process.arguments = [
-                "python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime", "300",
+                "python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime",
+                String(Self.lifetime),
             ]
             let output = Pipe()
             process.standardOutput = output
