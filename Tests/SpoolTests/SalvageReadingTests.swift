@@ -96,6 +96,36 @@ struct SalvageReadingTests {
     }
 
     @Test(
+        "P4: a salvage while running that cannot write its fresh file says why (salvageFailed); the damaged file stays in use"
+    )
+    func aFailedSalvageIsReported() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 600)
+        let path = directory.defaultDataStoreURL.path
+        _ = try Self.overwriteLeaf(ofEvents: path, offset: 4)
+        let engine = DamagedFiles.engine(directory, collector: collector)
+        try await engine.start()
+        // The salvage builds its fresh file beside the damaged one: a folder
+        // that takes no new entry makes it fail.
+        let folder = URL(fileURLWithPath: path).deletingLastPathComponent()
+        guard let undo = try PrivacyTests.makeReadOnly(folder) else {
+            print("P4: no way to make a folder read-only here; the failed salvage is not checked")
+            await engine.close()
+            return
+        }
+        do { try await engine.flush() } catch {}  // its read meets the page
+        let reported = try await waitUntil(timeout: 30, interval: 0.05) {
+            engine.diagnosticCounts.occurrences[.salvageFailed] == 1
+        }
+        undo()
+        #expect(reported, "the failed salvage is a diagnostic: \(engine.diagnosticCounts.occurrences)")
+        #expect(engine.salvageReport == nil, "nothing was salvaged")
+        #expect(try DamagedFiles.copies(in: directory).isEmpty, "no copy set aside")
+        await engine.close()
+    }
+
+    @Test(
         "P4: a garbage page in the middle of the events, found by a durable listener catching up at start(): salvaged while running; the listener is told of the lost events and gets the others"
     )
     func aGarbagePageFoundByADurableListener() async throws {

@@ -91,6 +91,12 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// `eventCount` is the events known lost; ``EventEngine/salvageReport``
         /// has the details.
         case storeSalvaged
+        /// A read or commit while running met a malformed page, and the
+        /// salvage tried then failed; the error says why. The damaged file
+        /// stays in use: what meets the damage keeps failing, each where it
+        /// happens, and the next of them tries the salvage again, at most
+        /// once a minute.
+        case salvageFailed
         /// At `start()`, the database held fewer events than were committed
         /// to it: its WAL was lost after a crash (or an older copy of the
         /// file was restored), as the high-water mark kept beside it shows,

@@ -76,11 +76,15 @@ extension EventEngine {
             diagnosticsCenter.report(.storeSalvaged, eventCount: report.lost.events, "\(report)")
         } catch {
             // The damaged file is where it was (or nothing could be opened,
-            // and every later read and commit fails). Not a diagnostic of
-            // its own: each read or commit that meets the damage reports it
-            // where it happens (`uploadFailed`, `durableListenerStalled`,
-            // `commitFailed`), and the next of them tries again, at most
-            // once a minute.
+            // and every later read and commit fails). Each read or commit
+            // that meets the damage reports it where it happens
+            // (`uploadFailed`, `durableListenerStalled`, `commitFailed`, or
+            // the caller's error), and the next of them tries again, at most
+            // once a minute; this says why the salvage did not help.
+            diagnosticsCenter.report(
+                .salvageFailed, error: SpoolError.bridge(error),
+                "a malformed page was met while running and the file could not be salvaged (\(reason)); "
+                    + "it is tried again when the damage is met next, at most once a minute")
         }
     }
 }
