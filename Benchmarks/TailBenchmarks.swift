@@ -128,7 +128,9 @@ extension DrainBenchmarks {
         var index = 0
         while text.count < bodyBytes {
             let (name, parameters) = UploadFormatBenchmarks.variants[index % UploadFormatBenchmarks.variants.count]
-            text.append(Data("{\"n\":\(index),\"name\":\"\(name)\",\"p\":\"\(parameters.description)\"},".utf8))
+            // The parameters' description as a JSON string: its quotes escaped.
+            let described = parameters.description.replacingOccurrences(of: "\"", with: "\\\"")
+            text.append(Data("{\"n\":\(index),\"name\":\"\(name)\",\"p\":\"\(described)\"},".utf8))
             index += 1
         }
         text.append(Data("{}]".utf8))
