@@ -36,7 +36,7 @@ struct ProcessBoundaryTests {
                 }
                 process.standardOutput = try FileHandle(forWritingTo: output)
                 process.standardError = FileHandle.nullDevice
-                try process.run()
+                try startChild(process)
             #else
                 throw TestFacilities.Missing.childProcesses
             #endif

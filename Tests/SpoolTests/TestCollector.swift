@@ -131,7 +131,7 @@ final class TestCollector: @unchecked Sendable {
             let text = await onOwnThread { () -> String in
                 Self.starting.wait()
                 defer { Self.starting.signal() }
-                do { try process.run() } catch { return "\(error)" }
+                do { try startChild(process) } catch { return "\(error)" }
                 return readFirstLine(descriptor, timeout: 30)
             }
             guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),

@@ -113,6 +113,17 @@ func runProcess(_ executable: String, _ arguments: [String], input: String? = ni
     try await onOwnThread { Result { try runProcess(executable, arguments, input: input) } }.get()
 }
 
+#if os(Linux) || os(macOS)
+    /// Starts `process`, one start at a time in the whole test process:
+    /// suites run in parallel and spawn children from many threads at once,
+    /// and a spawn is a moment's work, so nothing is lost by taking turns.
+    func startChild(_ process: Process) throws {
+        try launching.withLock { try process.run() }
+    }
+
+    private let launching = NSLock()
+#endif
+
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
@@ -128,7 +139,7 @@ func runProcess(_ executable: String, _ arguments: [String], input: String? = ni
         process.standardOutput = output
         process.standardError = error
         process.standardInput = inputPipe
-        try process.run()
+        try startChild(process)
         if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
         try inputPipe.fileHandleForWriting.close()
         let outData = output.fileHandleForReading.readDataToEndOfFile()
@@ -163,7 +174,7 @@ func runUntilKilled(
         process.standardOutput = try FileHandle(forWritingTo: outputURL)
         process.standardError = FileHandle.nullDevice
         func text() -> String { (try? String(contentsOf: outputURL, encoding: .utf8)) ?? "" }  // try?: not yet written
-        try process.run()
+        try startChild(process)
         if let prefix {
             try await waitUntil(timeout: 30, interval: 0.005) {
                 text().split(separator: "\n").contains { $0.hasPrefix(prefix) } || !process.isRunning

@@ -27,7 +27,12 @@ struct UploadFaultTests {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500, "times": 4])
-        let engine = uploadingEngine(directory, collector: collector, batchSize: 5, timerInterval: 3_600)
+        let failuresReported = Protected<[String]>([])
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 5)
+        configuration.diagnosticHandler = { diagnostic in
+            if diagnostic.kind == .uploadFailed { failuresReported.withLock { $0.append(diagnostic.message) } }
+        }
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 20)
         try await engine.settle()
@@ -48,7 +53,13 @@ struct UploadFaultTests {
         try await engine.flush()  // the last response may still be on its way
         let statistics = try await engine.uploadStatistics()
         #expect(statistics.pending == 0)
-        #expect(statistics.failedRequests == 4)
+        // Each failure is counted and reported: the four 500s, and any
+        // request a loaded machine lets time out (its answer never read).
+        let counted = engine.diagnosticCounts.occurrences[.uploadFailed] ?? 0
+        #expect(try await waitUntil { failuresReported.withLock { $0.count } == counted })
+        let reported = failuresReported.withLock { $0 }
+        #expect(reported.filter { $0.contains("HTTP 500") }.count == 4, "\(reported)")
+        #expect(statistics.failedRequests == reported.count, "\(reported)")
         await engine.close()
     }
 
