@@ -51,6 +51,10 @@ package struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
     package let message: String
     /// The statement that failed, if any. Bound values are never included.
     package let sql: String?
+    /// Whether the statement that failed only reads. A value longer than
+    /// SQLite's length limit (`SQLITE_TOOBIG`) met by such a statement is
+    /// one SQLite never wrote: the bytes of a damaged page.
+    package internal(set) var whileReading = false
 
     /// An error with SQLite's extended result code, its message and,
     /// optionally, the SQL that failed (never with bound values).

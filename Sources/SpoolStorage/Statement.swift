@@ -116,7 +116,10 @@ package final class Statement {
         switch code {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
-        default: throw connection.error(code, sql: sql)
+        default:
+            var error = connection.error(code, sql: sql)
+            error.whileReading = sqlite3_stmt_readonly(handle) != 0
+            throw error
         }
     }
 

@@ -57,16 +57,19 @@ package enum StorageError: Error, Sendable, Hashable, CustomStringConvertible {
 }
 
 extension StorageError {
-    /// Whether `error`, met while opening a file and reading it for the
-    /// first time, means the file itself is damaged: not a database, a
-    /// page SQLite reports malformed, a file cut short, a log missing what it
-    /// committed, or a schema no migration explains. A newer schema, a
-    /// location that cannot be written, a busy file, a full disk or an I/O
-    /// error are not damage.
+    /// Whether `error` means the file itself is damaged: not a database, a
+    /// page SQLite reports malformed, a read meeting a value longer than
+    /// SQLite's length limit (garbage that parses as a cell), a file cut
+    /// short, a log missing what it committed, or a schema no migration
+    /// explains. A newer schema, a location that cannot be written, a busy
+    /// file, a full disk, an I/O error, or a value too long to write are not
+    /// damage.
     package static func meansDamage(_ error: any Error) -> Bool {
         switch error {
         case StorageError.notADatabase, StorageError.damaged, StorageError.schemaUnexplained: return true
-        case let error as SQLiteError: return error.resultCode == .corrupt || error.resultCode == .notADatabase
+        case let error as SQLiteError:
+            return error.resultCode == .corrupt || error.resultCode == .notADatabase
+                || (error.resultCode == .tooBig && error.whileReading)
         default: return false
         }
     }

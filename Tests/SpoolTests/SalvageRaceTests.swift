@@ -126,6 +126,8 @@ struct DamagedPage {
     /// The offsets of its cells in the page, in rowid order.
     let cells: [Int]
     let head: Int64
+    /// The page as it was before any damage.
+    let undamagedBytes: [UInt8]
 
     init(undamaged path: String) throws {
         // The leaves of the events table in key order (dbstat's path), each
@@ -144,6 +146,7 @@ struct DamagedPage {
         let cellCount = Int(bytes[3]) << 8 | Int(bytes[4])
         try #require(cellCount == rows.count)
         cells = (0..<cellCount).map { Int(bytes[8 + 2 * $0]) << 8 | Int(bytes[9 + 2 * $0]) }
+        undamagedBytes = bytes
     }
 
     static func bytes(of page: Int, in path: String) throws -> [UInt8] {
@@ -168,6 +171,50 @@ struct DamagedPage {
         try handle.seek(toOffset: UInt64((number - 1) * Connection.newFilePageSize + 100))
         try handle.write(contentsOf: Data(garbage))
         try handle.close()
+    }
+
+    /// Damages the page as ``damage(_:readThrough:)`` does, then points the
+    /// first damaged cell (in rowid order) at a well-formed cell written into
+    /// the garbage: its own rowid, and an `id` that claims 1.5 GB. That is
+    /// past SQLite's length limit, so a read stepping onto the page fails
+    /// with SQLITE_TOOBIG rather than SQLITE_CORRUPT.
+    func damageWithAnOverlongValue(_ path: String) throws {
+        try damage(path, readThrough: false)
+        let undamaged = undamagedBytes
+        let index = try #require(cells.firstIndex { $0 < 8_100 }, "a cell in the garbage")
+        var offset = cells[index]
+        _ = Self.readVarint(undamaged, &offset)  // the payload's size
+        let rowid = Self.readVarint(undamaged, &offset)
+        // Payload past the length limit; the part stored on the page is
+        // what SQLite's b-tree rule gives a 16 KiB page.
+        let payload: UInt64 = 1_500_000_000
+        let usable = UInt64(Connection.newFilePageSize)
+        let minLocal = (usable - 12) * 32 / 255 - 23
+        var local = minLocal + (payload - minLocal) % (usable - 4)
+        if local > usable - 35 { local = minLocal }
+        let idType = Self.varint((payload - 7) * 2 + 13)  // a text of payload − header bytes
+        let header = [UInt8(2 + idType.count), 0] + idType  // seq is the rowid: NULL in the record
+        var cell = Self.varint(payload) + Self.varint(rowid) + header
+        cell += [UInt8](repeating: 0, count: Int(local) - header.count) + [0, 0, 0, 2]  // the first overflow page
+        let at = 200
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        defer { try? handle.close() }  // try?: the writes below have thrown or succeeded
+        let start = UInt64((number - 1) * Connection.newFilePageSize)
+        try handle.seek(toOffset: start + UInt64(at))
+        try handle.write(contentsOf: Data(cell))
+        try handle.seek(toOffset: start + UInt64(8 + 2 * index))
+        try handle.write(contentsOf: Data([UInt8(at >> 8), UInt8(at & 0xff)]))
+    }
+
+    /// SQLite's variable-length integer at `offset` (up to 8 bytes of 7 bits
+    /// here), moving `offset` past it.
+    static func readVarint(_ bytes: [UInt8], _ offset: inout Int) -> UInt64 {
+        var value: UInt64 = 0
+        repeat {
+            value = value << 7 | UInt64(bytes[offset] & 0x7f)
+            offset += 1
+        } while bytes[offset - 1] & 0x80 != 0
+        return value
     }
 
     /// SQLite's variable-length integer (up to 8 bytes of 7 bits here).

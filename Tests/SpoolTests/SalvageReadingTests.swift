@@ -96,6 +96,36 @@ struct SalvageReadingTests {
     }
 
     @Test(
+        "P4: a damaged cell claiming a value past SQLite's length limit, met by the uploader (SQLITE_TOOBIG on a read): salvaged while running, only the page's rows lost"
+    )
+    func anOverlongValueFoundWhileRunning() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 1_500)
+        let path = directory.defaultDataStoreURL.path
+        let page = try DamagedPage(undamaged: path)
+        try page.damageWithAnOverlongValue(path)
+
+        let engine = DamagedFiles.engine(directory, collector: collector)
+        try await engine.start()
+        var metFirst: (any Error)?
+        do { try await engine.flush() } catch { metFirst = error }
+        guard case .sqlite(let failure) = metFirst as? SpoolError else {
+            Issue.record("the first read fails on the page: \(String(describing: metFirst))")
+            return
+        }
+        #expect(failure.resultCode == .tooBig, "\(failure)")
+        let salvaged = try await waitUntil(timeout: 30, interval: 0.01) { engine.salvageReport != nil }
+        try #require(salvaged, "salvaged while running")
+        try await flushUntilDone(engine)
+        let arrived = Set(collector.acceptedIDs())
+        let missing = ids.filter { !arrived.contains($0) }
+        #expect(!missing.isEmpty && Set(missing).isSubset(of: Set(ids[page.rows])), "only the page's rows")
+        #expect(engine.salvageReport?.lost.events == missing.count)
+        await engine.close()
+    }
+
+    @Test(
         "P4: a salvage while running that cannot write its fresh file says why (salvageFailed); the damaged file stays in use"
     )
     func aFailedSalvageIsReported() async throws {
