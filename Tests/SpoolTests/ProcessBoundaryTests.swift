@@ -16,7 +16,7 @@ struct ProcessBoundaryTests {
     /// could fill up and stall it).
     struct Child {
         #if os(Linux) || os(macOS)
-            let process: Process
+            let process: ChildProcess
         #endif
         let output: URL
 
@@ -28,15 +28,11 @@ struct ProcessBoundaryTests {
             output = directory.file("\(name).out")
             _ = FileManager.default.createFile(atPath: output.path, contents: nil)
             #if os(Linux) || os(macOS)
-                process = Process()
-                process.executableURL = URL(fileURLWithPath: child)
-                process.arguments = arguments
-                if !environment.isEmpty {
-                    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-                }
-                process.standardOutput = try FileHandle(forWritingTo: output)
-                process.standardError = FileHandle.nullDevice
-                try startChild(process)
+                let written = try ChildProcess.writing(to: output)
+                defer { close(written) }
+                process = try ChildProcess(
+                    child, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                    standardOutput: written)
             #else
                 throw TestFacilities.Missing.childProcesses
             #endif
@@ -62,7 +58,7 @@ struct ProcessBoundaryTests {
         /// Kills the child at once and waits for it to go.
         func sendSIGKILL() {
             #if os(Linux) || os(macOS)
-                kill(process.processIdentifier, SIGKILL)
+                process.send(SIGKILL)
                 process.waitUntilExit()
             #endif
         }

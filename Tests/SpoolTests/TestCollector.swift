@@ -14,7 +14,7 @@ final class TestCollector: @unchecked Sendable {
     // Safe: `process` is replaced only by `stop()`/`restart()`, which tests call
     // from one task.
     #if os(Linux) || os(macOS)
-        private var process: Process?
+        private var process: ChildProcess?
     #endif
     private(set) var port: Int
     let logURL: URL
@@ -116,28 +116,31 @@ final class TestCollector: @unchecked Sendable {
 
     private func launch() async throws {
         #if os(Linux) || os(macOS)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [
+            let arguments = [
                 "python3", Self.script, "--log", logURL.path, "--port", String(port), "--lifetime",
                 String(Self.lifetime),
             ]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
+            let output = try ChildProcess.pipe()
             // Started, and its "PORT n" waited for (bounded), on a thread of
             // its own, a few at a time.
-            let descriptor = output.fileHandleForReading.fileDescriptor
-            let text = await onOwnThread { () -> String in
+            let (process, text) = await onOwnThread { () -> (ChildProcess?, String) in
                 Self.starting.wait()
                 defer { Self.starting.signal() }
-                do { try startChild(process) } catch { return "\(error)" }
-                return readFirstLine(descriptor, timeout: 30)
+                defer { close(output.read) }
+                let process: ChildProcess
+                do {
+                    defer { close(output.write) }
+                    process = try ChildProcess("/usr/bin/env", arguments, standardOutput: output.write)
+                } catch {
+                    return (nil, "\(error)")
+                }
+                return (process, readFirstLine(output.read, timeout: 30))
             }
-            guard let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
+            guard let process, let line = text.split(separator: "\n").first, line.hasPrefix("PORT "),
                 let port = Int(line.dropFirst(5))
             else {
-                if process.isRunning { process.terminate() }
+                process?.send(SIGKILL)
+                process?.waitUntilExit()
                 throw TestSetupError("the test collector did not start: \(text)")
             }
             self.port = port
@@ -152,7 +155,7 @@ final class TestCollector: @unchecked Sendable {
     func stop() {
         #if os(Linux) || os(macOS)
             guard let process else { return }
-            kill(process.processIdentifier, SIGKILL)
+            process.send(SIGKILL)
             process.waitUntilExit()
             self.process = nil
             holdPort()

@@ -35,7 +35,7 @@ final class TemporaryDirectory: Sendable {
 /// one carries the matching trait and is skipped, saying why, where it is
 /// missing; the code that uses the facility sits behind `#if`.
 enum TestFacilities {
-    /// Child processes (`Foundation.Process`): Linux and macOS have them;
+    /// Child processes (`posix_spawn`): Linux and macOS have them;
     /// iOS, tvOS, watchOS and visionOS do not.
     static let canSpawnProcesses: Bool = {
         #if os(Linux) || os(macOS)
@@ -51,7 +51,7 @@ enum TestFacilities {
         let description: String
 
         static let childProcesses = Missing(
-            description: "needs child processes (Foundation.Process), which iOS, tvOS, watchOS and visionOS lack")
+            description: "needs child processes (posix_spawn), which iOS, tvOS, watchOS and visionOS lack")
     }
 }
 
@@ -113,37 +113,28 @@ func runProcess(_ executable: String, _ arguments: [String], input: String? = ni
     try await onOwnThread { Result { try runProcess(executable, arguments, input: input) } }.get()
 }
 
-#if os(Linux) || os(macOS)
-    /// Starts `process`, one start at a time in the whole test process:
-    /// suites run in parallel and spawn children from many threads at once,
-    /// and a spawn is a moment's work, so nothing is lost by taking turns.
-    func startChild(_ process: Process) throws {
-        try launching.withLock { try process.run() }
-    }
-
-    private let launching = NSLock()
-#endif
-
 /// Runs a program and returns its exit status and standard output.
 @discardableResult
 func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
     status: Int32, output: String, error: String
 ) {
     #if os(Linux) || os(macOS)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let output = Pipe()
-        let error = Pipe()
-        let inputPipe = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = inputPipe
-        try startChild(process)
-        if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
-        try inputPipe.fileHandleForWriting.close()
-        let outData = output.fileHandleForReading.readDataToEndOfFile()
-        let errData = error.fileHandleForReading.readDataToEndOfFile()
+        let (inputPipe, output, errors) = (try ChildProcess.pipe(), try ChildProcess.pipe(), try ChildProcess.pipe())
+        let process: ChildProcess
+        do {
+            defer { for end in [inputPipe.read, output.write, errors.write] { close(end) } }  // the child's ends
+            process = try ChildProcess(
+                executable, arguments, standardInput: inputPipe.read, standardOutput: output.write,
+                standardError: errors.write)
+        } catch {
+            for end in [inputPipe.write, output.read, errors.read] { close(end) }
+            throw error
+        }
+        let writing = FileHandle(fileDescriptor: inputPipe.write, closeOnDealloc: false)
+        if let input { writing.write(Data(input.utf8)) }
+        try writing.close()
+        let outData = FileHandle(fileDescriptor: output.read, closeOnDealloc: true).readDataToEndOfFile()
+        let errData = FileHandle(fileDescriptor: errors.read, closeOnDealloc: true).readDataToEndOfFile()
         process.waitUntilExit()
         return (
             process.terminationStatus, String(decoding: outData, as: UTF8.self),
@@ -168,13 +159,13 @@ func runUntilKilled(
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: outputURL.path])
         }
         defer { try? FileManager.default.removeItem(at: outputURL) }  // try?: a leftover temporary file is harmless
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = try FileHandle(forWritingTo: outputURL)
-        process.standardError = FileHandle.nullDevice
+        let written = try ChildProcess.writing(to: outputURL)
+        let process: ChildProcess
+        do {
+            defer { close(written) }
+            process = try ChildProcess(executable, arguments, standardOutput: written)
+        }
         func text() -> String { (try? String(contentsOf: outputURL, encoding: .utf8)) ?? "" }  // try?: not yet written
-        try startChild(process)
         if let prefix {
             try await waitUntil(timeout: 30, interval: 0.005) {
                 text().split(separator: "\n").contains { $0.hasPrefix(prefix) } || !process.isRunning
@@ -182,10 +173,10 @@ func runUntilKilled(
         }
         // The kill's moment is what the caller tests: the one real sleep here.
         try await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)
-        kill(process.processIdentifier, SIGKILL)
+        process.send(SIGKILL)
         await onOwnThread { process.waitUntilExit() }
         let lines = text().split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
-        return (lines, process.terminationReason == .uncaughtSignal)
+        return (lines, process.endedBySignal)
     #else
         throw TestFacilities.Missing.childProcesses
     #endif
