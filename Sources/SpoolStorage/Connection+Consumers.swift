@@ -55,14 +55,16 @@ extension Connection {
     /// at least one event when there is one).
     ///
     /// An event whose values will not open is set aside in the dead letters
-    /// (``setAsideUndecryptable(_:now:)``) and the read goes on past it.
+    /// (``setAsideUndecryptable(_:now:)``) and the read goes on past it. A
+    /// row past the log's head throws ``StorageError/damaged(path:reason:)``
+    /// (``requireWithinHead(_:head:)``).
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max, now: Double) throws
         -> [StoredEvent]
     {
         while true {
             let (events, closed) = try withStatement(
                 """
-                SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
+                SELECT \(StoredEvent.columns), \(Self.headColumn) \(StoredEvent.fromEvents) \
                 WHERE e.seq > ? ORDER BY e.seq LIMIT ?
                 """
             ) { statement in
@@ -72,6 +74,7 @@ extension Connection {
                 var closed: [Int64] = []
                 var bytes = 0
                 while try statement.step() {
+                    try requireWithinHead(statement, head: StoredEvent.columnCount)
                     guard let event = StoredEvent(statement, on: self) else {
                         closed.append(statement.int64(at: 0))
                         continue

@@ -39,7 +39,8 @@ extension Connection {
     /// first (``OpenedEventRows``), with the sealer's keys as they are when
     /// the call starts. An event with a value that will not open is passed
     /// over and set aside in the dead letters
-    /// (``setAsideUndecryptable(_:now:)``).
+    /// (``setAsideUndecryptable(_:now:)``). A row past the log's head
+    /// throws ``StorageError/damaged(path:reason:)`` (``requireWithinHead(_:head:)``).
     package func forEachEventRow(
         after position: Int64, limit: Int, now: Double, _ body: (EventRowView) throws -> Bool
     ) throws {
@@ -48,7 +49,7 @@ extension Connection {
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
             i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed, \
-            e.launch, e.launch_ms \
+            e.launch, e.launch_ms, \(Self.headColumn) \
             FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
             LEFT JOIN contexts AS c ON c.id = e.context_id \
             WHERE e.seq > ? ORDER BY e.seq LIMIT ?
@@ -63,6 +64,7 @@ extension Connection {
                 return
             }
             while try statement.step() {
+                try requireWithinHead(statement, head: Self.eventRowHead)
                 guard Self.sealedValues(statement) == nil else {
                     // Sealed, and no sealer to open it.
                     closed.append(statement.int64(at: 0))
@@ -72,6 +74,23 @@ extension Connection {
             }
         }
         try setAsideUndecryptable(closed, now: now)
+    }
+
+    /// The log's head, as the last column of a read of the log: the same
+    /// snapshot as the rows.
+    static let headColumn = "(SELECT last_seq FROM log_head)"
+    /// Where ``forEachEventRow(after:limit:now:_:)``'s statement has it.
+    static let eventRowHead: Int32 = 19
+
+    /// Throws ``StorageError/damaged(path:reason:)`` when the row `statement`
+    /// stands on lies past the log's head (in column `head`). No commit
+    /// wrote such a row: it is garbage on a damaged page that SQLite read as
+    /// a cell. Taken as an event, it would move a consumer's position past
+    /// every event yet to be recorded up to it.
+    func requireWithinHead(_ statement: Statement, head column: Int32) throws {
+        let (seq, head) = (statement.int64(at: 0), statement.int64(at: column))
+        guard seq > head else { return }
+        throw StorageError.damaged(path: path, reason: "a row at position \(seq), past the log's head \(head)")
     }
 
     /// The row `statement` (``forEachEventRow(after:limit:now:_:)``'s) stands on,

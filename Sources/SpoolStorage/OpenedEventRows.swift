@@ -105,6 +105,7 @@ struct OpenedEventRows {
             while rows.count < Self.chunk {
                 stepped = try statement.step()
                 guard stepped else { break }
+                try connection.requireWithinHead(statement, head: Connection.eventRowHead)
                 copy(statement, on: connection)
             }
             openParameters()

@@ -104,7 +104,8 @@ struct SalvageReadingTests {
         let ids = try await DamagedFiles.queueFile(directory, collector: collector, events: 1_500)
         let path = directory.defaultDataStoreURL.path
         let page = try DamagedPage(undamaged: path)
-        try page.damageWithAnOverlongValue(path)
+        let cell = try #require(page.firstDamagedCell)
+        try page.damage(path, planting: DamagedPage.overlongCell(rowid: page.rowid(ofCell: cell)))
 
         let engine = DamagedFiles.engine(directory, collector: collector)
         try await engine.start()
@@ -122,6 +123,35 @@ struct SalvageReadingTests {
         let missing = ids.filter { !arrived.contains($0) }
         #expect(!missing.isEmpty && Set(missing).isSubset(of: Set(ids[page.rows])), "only the page's rows")
         #expect(engine.salvageReport?.lost.events == missing.count)
+        await engine.close()
+    }
+
+    @Test(
+        "P4: garbage SQLite reads as a row past the log's head, with no error: damage, salvaged while running, and never an event"
+    )
+    func aRowPastTheHeadFoundWhileRunning() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        _ = try await DamagedFiles.queueFile(directory, collector: collector, events: 1_500)
+        let path = directory.defaultDataStoreURL.path
+        let seqs = try DamagedFiles.cli(path, "SELECT seq FROM events ORDER BY seq").split(separator: "\n")
+            .compactMap { Int64($0) }
+        let page = try DamagedPage(undamaged: path)
+        let garbage = try #require(page.firstDamagedCell)
+        try page.damage(path, planting: DamagedPage.minimalCell(rowid: UInt64(page.head) + 1_000_000))
+        let engine = DamagedFiles.engine(directory, collector: collector)
+        try await engine.start()
+        // From two rows before the page (a seek the intact page before it
+        // answers) through the cell past the head, and no further: SQLite
+        // reads no garbage cell after it, so it reports nothing.
+        let after = seqs[page.rows.lowerBound - 2]
+        var read: [Int64]?
+        do {
+            read = try await engine.query { try $0.readEvents(after: after, limit: garbage + 2, now: 0).map(\.seq) }
+        } catch {}
+        #expect(read == nil, "the read fails; it returned \(read ?? [])")
+        let salvaged = try await waitUntil(timeout: 30, interval: 0.01) { engine.salvageReport != nil }
+        #expect(salvaged, "salvaged while running")
         await engine.close()
     }
 
