@@ -40,6 +40,8 @@ package final class DatabaseQueue: @unchecked Sendable {
     /// (`SQLITE_CORRUPT`, see ``StorageError/meansDamage(_:)``) while
     /// running; the block's caller gets the error as well.
     package let onDamage = Protected<(@Sendable (any Error) -> Void)?>(nil)
+    /// See ``closesWithIt(_:)``.
+    private let mark = Protected<StoreMark?>(nil)
     /// An executor that runs an actor's jobs on this queue, so the actor can
     /// use the connection without a hop to another thread.
     package let executor: QueueExecutor
@@ -334,5 +336,12 @@ package final class DatabaseQueue: @unchecked Sendable {
         }
         // Last: the checkpointer's connection then checkpoints and removes the WAL.
         checkpointer?.close()
+        mark.withLock { $0 }?.close()
+    }
+
+    /// Closes `mark` (the high-water mark beside the file) with the
+    /// database, whoever still holds it then.
+    package func closesWithIt(_ mark: StoreMark?) {
+        self.mark.withLock { $0 = mark }
     }
 }

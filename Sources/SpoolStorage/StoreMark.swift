@@ -39,7 +39,8 @@ package final class StoreMark: Sendable {
 
     /// The mark's file.
     package let path: String
-    private let descriptor: Int32
+    /// Its descriptor; -1 once ``close()`` ran.
+    private let descriptor: Protected<Int32>
 
     private static let size = 64
 
@@ -48,12 +49,24 @@ package final class StoreMark: Sendable {
     /// written: opening the database fails there too).
     package init?(databasePath: String) {
         path = databasePath + "-mark"
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { return nil }
+        let opened = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard opened >= 0 else { return nil }
+        descriptor = Protected(opened)
     }
 
     deinit {
-        close(descriptor)
+        close()
+    }
+
+    /// Closes the mark's file now, rather than when its last holder lets go
+    /// of it (the engine's `close()` returns with no file open); reading and
+    /// writing it do nothing from then on.
+    package func close() {
+        descriptor.withLock { descriptor in
+            guard descriptor >= 0 else { return }
+            Foundation.close(descriptor)
+            descriptor = -1
+        }
     }
 
     /// The mark, or nil when there is none yet or it cannot be read.
@@ -61,8 +74,11 @@ package final class StoreMark: Sendable {
         var bytes = (
             0 as UInt64, 0 as UInt64, 0 as UInt64, 0 as UInt64, 0 as UInt64, 0 as UInt64, 0 as UInt64, 0 as UInt64
         )
-        return withUnsafeMutableBytes(of: &bytes) { buffer -> Value? in
-            guard pread(descriptor, buffer.baseAddress, Self.size, 0) == Self.size,
+        let read = descriptor.withLock { descriptor in
+            withUnsafeMutableBytes(of: &bytes) { pread(descriptor, $0.baseAddress, Self.size, 0) }
+        }
+        return withUnsafeBytes(of: &bytes) { buffer -> Value? in
+            guard read == Self.size,
                 buffer.prefix(Self.prefix.count).elementsEqual(Self.prefix),
                 buffer[Self.identityRange.upperBound..<Self.headRange.lowerBound].elementsEqual(Self.separator),
                 let identity = Self.number(buffer[Self.identityRange], radix: 16),
@@ -82,7 +98,7 @@ package final class StoreMark: Sendable {
         bytes[Self.size - 1] = UInt8(ascii: "\n")
         // A mark that cannot be written costs no data: the next open only
         // sees less of what a lost WAL took with it.
-        _ = pwrite(descriptor, bytes, bytes.count, 0)
+        descriptor.withLock { descriptor in _ = pwrite(descriptor, bytes, bytes.count, 0) }
     }
 
     // MARK: - The layout
@@ -129,11 +145,13 @@ package final class StoreMark: Sendable {
 
     /// Holds the open lock (waits while another process holds it).
     package func lock() {
+        // Not under `descriptor`'s lock: this waits for another process.
+        let descriptor = descriptor.withLock { $0 }
         while flock(descriptor, LOCK_EX) != 0 && errno == EINTR {}
     }
 
     /// Releases the open lock.
     package func unlock() {
-        _ = flock(descriptor, LOCK_UN)
+        descriptor.withLock { descriptor in _ = flock(descriptor, LOCK_UN) }
     }
 }

@@ -223,6 +223,21 @@ struct EngineLifecycleTests {
             ])
     }
 
+    @Test("close() returns with none of the engine's files open, its high-water mark included (100 cycles)")
+    func closeLeavesNoFileOpen() async throws {
+        let directory = TemporaryDirectory()
+        guard openFileDescriptors(under: directory.url) != nil else { return }  // Linux names descriptors
+        var open: [Int] = []
+        for cycle in 0..<100 {
+            let engine = EventEngine(configuration: EngineConfiguration(database: .file(directory.databaseURL)))
+            try await engine.start()
+            _ = try engine.record("cycle")
+            await engine.close()
+            if openFileDescriptors(under: directory.url) != 0 { open.append(cycle) }
+        }
+        #expect(open.isEmpty, "files still open right after close() in cycles \(open)")
+    }
+
     @Test(
         "1,000 start/close cycles in a fresh process keep open file descriptors and resident memory flat",
         .needsChildProcesses)

@@ -85,6 +85,7 @@ extension EventEngine {
                 shape.newest = shape.newest.map { $0 + missing }
                 shape.head = found.head
             }
+            database.closesWithIt(mark)
             return OpenedDatabase(
                 database: database, mark: CommitMark(mark, shape), salvage: nil, missingCommitted: missing,
                 missingInFile: shape.missingEvents)
@@ -106,6 +107,7 @@ extension EventEngine {
                 throw damage
             }
             let (database, shape) = try openChecked(path, options, salvaging: false)
+            database.closesWithIt(mark)
             return OpenedDatabase(
                 database: database, mark: CommitMark(mark, shape),
                 salvage: SalvageReport(outcome, reason: reason(damage), date: date), missingCommitted: 0,
