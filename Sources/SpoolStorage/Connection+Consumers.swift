@@ -57,14 +57,14 @@ extension Connection {
     /// An event whose values will not open is set aside in the dead letters
     /// (``setAsideUndecryptable(_:now:)``) and the read goes on past it. A
     /// row past the log's head throws ``StorageError/damaged(path:reason:)``
-    /// (``requireWithinHead(_:head:)``).
+    /// (``requireWithinHead(_:)``).
     package func readEvents(after position: Int64, limit: Int, maxBytes: Int = .max, now: Double) throws
         -> [StoredEvent]
     {
         while true {
             let (events, closed) = try withStatement(
                 """
-                SELECT \(StoredEvent.columns), \(Self.headColumn) \(StoredEvent.fromEvents) \
+                SELECT \(StoredEvent.columns) \(StoredEvent.fromEvents) \
                 WHERE e.seq > ? ORDER BY e.seq LIMIT ?
                 """
             ) { statement in
@@ -74,7 +74,7 @@ extension Connection {
                 var closed: [Int64] = []
                 var bytes = 0
                 while try statement.step() {
-                    try requireWithinHead(statement, head: StoredEvent.columnCount)
+                    try requireWithinHead(statement.int64(at: 0))
                     guard let event = StoredEvent(statement, on: self) else {
                         closed.append(statement.int64(at: 0))
                         continue

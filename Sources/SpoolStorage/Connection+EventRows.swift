@@ -40,7 +40,7 @@ extension Connection {
     /// the call starts. An event with a value that will not open is passed
     /// over and set aside in the dead letters
     /// (``setAsideUndecryptable(_:now:)``). A row past the log's head
-    /// throws ``StorageError/damaged(path:reason:)`` (``requireWithinHead(_:head:)``).
+    /// throws ``StorageError/damaged(path:reason:)`` (``requireWithinHead(_:)``).
     package func forEachEventRow(
         after position: Int64, limit: Int, now: Double, _ body: (EventRowView) throws -> Bool
     ) throws {
@@ -49,7 +49,7 @@ extension Connection {
             """
             SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
             i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed, \
-            e.launch, e.launch_ms, \(Self.headColumn) \
+            e.launch, e.launch_ms \
             FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
             LEFT JOIN contexts AS c ON c.id = e.context_id \
             WHERE e.seq > ? ORDER BY e.seq LIMIT ?
@@ -64,7 +64,7 @@ extension Connection {
                 return
             }
             while try statement.step() {
-                try requireWithinHead(statement, head: Self.eventRowHead)
+                try requireWithinHead(statement.int64(at: 0))
                 guard Self.sealedValues(statement) == nil else {
                     // Sealed, and no sealer to open it.
                     closed.append(statement.int64(at: 0))
@@ -76,21 +76,20 @@ extension Connection {
         try setAsideUndecryptable(closed, now: now)
     }
 
-    /// The log's head, as the last column of a read of the log: the same
-    /// snapshot as the rows.
-    static let headColumn = "(SELECT last_seq FROM log_head)"
-    /// Where ``forEachEventRow(after:limit:now:_:)``'s statement has it.
-    static let eventRowHead: Int32 = 19
-
-    /// Throws ``StorageError/damaged(path:reason:)`` when the row `statement`
-    /// stands on lies past the log's head (in column `head`). No commit
-    /// wrote such a row: it is garbage on a damaged page that SQLite read as
-    /// a cell. Taken as an event, it would move a consumer's position past
-    /// every event yet to be recorded up to it.
-    func requireWithinHead(_ statement: Statement, head column: Int32) throws {
-        let (seq, head) = (statement.int64(at: 0), statement.int64(at: column))
-        guard seq > head else { return }
-        throw StorageError.damaged(path: path, reason: "a row at position \(seq), past the log's head \(head)")
+    /// Throws ``StorageError/damaged(path:reason:)`` for a row at `seq`,
+    /// read by a statement still stepping, that lies past the log's head. No
+    /// commit wrote such a row: it is garbage on a damaged page that SQLite
+    /// read as a cell. Taken as an event, it would move a consumer's
+    /// position past every event yet to be recorded up to it.
+    ///
+    /// The head only grows, so a row at or below the highest head this
+    /// connection has read is within it, and costs one comparison; above
+    /// it, the head is read again, in the stepping statement's snapshot.
+    func requireWithinHead(_ seq: Int64) throws {
+        guard seq > headSeen else { return }
+        headSeen = max(headSeen, try headPosition())
+        guard seq > headSeen else { return }
+        throw StorageError.damaged(path: path, reason: "a row at position \(seq), past the log's head \(headSeen)")
     }
 
     /// The row `statement` (``forEachEventRow(after:limit:now:_:)``'s) stands on,

@@ -34,6 +34,8 @@ package final class Connection {
     package let path: String
     package let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
+    /// The highest log head read on this connection (``requireWithinHead(_:)``).
+    var headSeen: Int64 = 0
     private var isClosed = false
     /// Seals and opens personal values with the keys of
     /// ``ConnectionOptions/sealer``: this connection's own cipher state.

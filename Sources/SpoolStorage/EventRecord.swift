@@ -48,8 +48,6 @@ package struct StoredEvent: Sendable, Hashable {
         e.seq, e.id, e.name, e.parameters, e.recorded_at, e.session_id, e.priority, e.uploader_only, e.type, \
         e.target, e.context_id, i.id, i.anonymous_id, i.user_id, i.traits, i.created_at, e.sealed, i.sealed
         """
-    /// How many ``columns`` there are.
-    package static let columnCount = Int32(columns.split(separator: ",").count)
     /// The log joined with each event's identity.
     package static let fromEvents = "FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id"
 }

@@ -105,7 +105,7 @@ struct OpenedEventRows {
             while rows.count < Self.chunk {
                 stepped = try statement.step()
                 guard stepped else { break }
-                try connection.requireWithinHead(statement, head: Connection.eventRowHead)
+                try connection.requireWithinHead(statement.int64(at: 0))
                 copy(statement, on: connection)
             }
             openParameters()
