@@ -139,3 +139,82 @@ import Foundation
         }
     }
 #endif
+
+/// ``runProcess(_:_:input:)`` on a thread of its own, for async tests: a
+/// test waiting for a program holds none of the concurrency pool's threads
+/// (two on a 2-core machine, shared by the whole suite) meanwhile.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) async throws -> (
+    status: Int32, output: String, error: String
+) {
+    try await onOwnThread { Result { try runProcess(executable, arguments, input: input) } }.get()
+}
+
+/// Runs a program and returns its exit status and standard output.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (
+    status: Int32, output: String, error: String
+) {
+    #if os(Linux) || os(macOS)
+        let (inputPipe, output, errors) = (try ChildProcess.pipe(), try ChildProcess.pipe(), try ChildProcess.pipe())
+        let process: ChildProcess
+        do {
+            defer { for end in [inputPipe.read, output.write, errors.write] { close(end) } }  // the child's ends
+            process = try ChildProcess(
+                executable, arguments, standardInput: inputPipe.read, standardOutput: output.write,
+                standardError: errors.write)
+        } catch {
+            for end in [inputPipe.write, output.read, errors.read] { close(end) }
+            throw error
+        }
+        let writing = FileHandle(fileDescriptor: inputPipe.write, closeOnDealloc: false)
+        if let input { writing.write(Data(input.utf8)) }
+        try writing.close()
+        let outData = FileHandle(fileDescriptor: output.read, closeOnDealloc: true).readDataToEndOfFile()
+        let errData = FileHandle(fileDescriptor: errors.read, closeOnDealloc: true).readDataToEndOfFile()
+        process.waitUntilExit()
+        return (
+            process.terminationStatus, String(decoding: outData, as: UTF8.self),
+            String(decoding: errData, as: UTF8.self)
+        )
+    #else
+        throw TestFacilities.Missing.childProcesses
+    #endif
+}
+
+/// Starts `executable`, kills it with SIGKILL `milliseconds` after it
+/// started (or, with `afterLine`, after it wrote a line with that prefix,
+/// waiting at most 30 s for one), and returns the whole lines it wrote to
+/// standard output (a line the kill cut has no newline and is dropped) and
+/// whether the signal ended it.
+func runUntilKilled(
+    _ executable: String, _ arguments: [String], milliseconds: Int, afterLine prefix: String? = nil
+) async throws -> (lines: [String], killed: Bool) {
+    #if os(Linux) || os(macOS)
+        let outputURL = FileManager.default.temporaryDirectory.appendingPathComponent("spool-child-\(UUID()).out")
+        guard FileManager.default.createFile(atPath: outputURL.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: outputURL.path])
+        }
+        defer { try? FileManager.default.removeItem(at: outputURL) }  // try?: a leftover temporary file is harmless
+        let written = try ChildProcess.writing(to: outputURL)
+        let process: ChildProcess
+        do {
+            defer { close(written) }
+            process = try ChildProcess(executable, arguments, standardOutput: written)
+        }
+        func text() -> String { (try? String(contentsOf: outputURL, encoding: .utf8)) ?? "" }  // try?: not yet written
+        if let prefix {
+            try await waitUntil(timeout: 30, interval: 0.005) {
+                text().split(separator: "\n").contains { $0.hasPrefix(prefix) } || !process.isRunning
+            }
+        }
+        // The kill's moment is what the caller tests: the one real sleep here.
+        try await Task.sleep(nanoseconds: UInt64(milliseconds) * 1_000_000)
+        process.send(SIGKILL)
+        await onOwnThread { process.waitUntilExit() }
+        let lines = text().split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        return (lines, process.endedBySignal)
+    #else
+        throw TestFacilities.Missing.childProcesses
+    #endif
+}
