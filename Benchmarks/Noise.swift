@@ -16,11 +16,17 @@ struct MachineSnapshot {
     /// Busy and total jiffies of every CPU (/proc/stat), nil where unknown.
     var busy: Double?
     var total: Double?
-    /// This process's CPU seconds, its reaped children's included.
+    /// This process's CPU seconds, its reaped children's included, and
+    /// those of `helpers`.
     var ownCPU: Double = processCPUTime(children: true)
+    /// Running children that are part of what is measured (a loopback
+    /// collector): their CPU is this process's own, not another's.
+    var helpers: [Int32] = []
 
-    static func take() -> MachineSnapshot {
+    static func take(countingAsOwn helpers: [Int32] = []) -> MachineSnapshot {
         var snapshot = MachineSnapshot()
+        snapshot.helpers = helpers
+        snapshot.ownCPU += helpers.reduce(0) { $0 + (runningChildCPUTime($1) ?? 0) }
         if let (busy, total) = readCPUJiffies() {
             snapshot.busy = busy
             snapshot.total = total
@@ -29,9 +35,11 @@ struct MachineSnapshot {
     }
 
     /// The share (0…1) of the machine's CPU that other processes used since
-    /// `self`, or nil where the platform does not say or the window is too
-    /// short to tell (under 0.1 s: the kernel counts in ticks of 10 ms).
-    func othersShare(until end: MachineSnapshot = .take()) -> Double? {
+    /// `self` (until now when `end` is nil), or nil where the platform does
+    /// not say or the window is too short to tell (under 0.1 s: the kernel
+    /// counts in ticks of 10 ms).
+    func othersShare(until end: MachineSnapshot? = nil) -> Double? {
+        let end = end ?? .take(countingAsOwn: helpers)
         guard let busy, let total, let endBusy = end.busy, let endTotal = end.total,
             Double(end.time - time) / 1e9 >= 0.1, endTotal > total
         else { return nil }
@@ -57,6 +65,25 @@ private func readCPUJiffies() -> (busy: Double, total: Double)? {
         guard fields.count >= 8 else { return nil }
         let busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7]
         return (busy, busy + fields[3] + fields[4])
+    #else
+        return nil
+    #endif
+}
+
+/// The user and system CPU seconds of the running child `pid` so far
+/// (`/proc/<pid>/stat`, Linux only), nil where unknown.
+private func runningChildCPUTime(_ pid: Int32) -> Double? {
+    #if os(Linux)
+        let path = "/proc/\(pid)/stat"
+        guard FileManager.default.fileExists(atPath: path),
+            let text = try? String(contentsOfFile: path, encoding: .utf8),  // try?: nil means "unknown"
+            let nameEnd = text.lastIndex(of: ")")
+        else { return nil }
+        // After the command's name in parentheses: the state (field 3), …,
+        // utime (14) and stime (15), in clock ticks.
+        let fields = text[text.index(after: nameEnd)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / clockTicksPerSecond
     #else
         return nil
     #endif
