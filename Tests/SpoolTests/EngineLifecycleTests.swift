@@ -33,18 +33,38 @@ struct EngineLifecycleTests {
         await local.close()
     }
 
-    @Test func aFailedStartCanBeRetried() async throws {
+    @Test("a start that fails (a file where the database's directory goes) can be retried, and keeps what was recorded")
+    func aFailedStartCanBeRetried() async throws {
         let directory = TemporaryDirectory()
-        let missing = directory.file("not-yet/spool.sqlite")
-        let engine = EventEngine(configuration: EngineConfiguration(database: .file(missing)))
+        let blocker = directory.file("not-yet")
+        try Data("in the way".utf8).write(to: blocker)
+        let database = directory.file("not-yet/spool.sqlite")
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(database)))
         try engine.record("waiting")
-        await #expect(throws: SpoolError.self) { try await engine.start() }
-        try FileManager.default.createDirectory(
-            at: missing.deletingLastPathComponent(), withIntermediateDirectories: true)
+        await #expect {
+            try await engine.start()
+        } throws: { error in
+            guard case SpoolError.cannotOpen(let path, let reason) = error else { return false }
+            return path == database.path && reason.hasPrefix("its directory cannot be created: ")
+        }
+        try FileManager.default.removeItem(at: blocker)
         try await engine.start()
         try await engine.settle()
         #expect(try await engine.storedNames() == ["session_start", "waiting"], "nothing recorded before was lost")
         await engine.close()
+    }
+
+    @Test("start() creates the database's directory, with its parents, when it is missing")
+    func startCreatesAMissingDirectory() async throws {
+        let directory = TemporaryDirectory()
+        let database = directory.file("Application Support/analytics/spool.sqlite")
+        let engine = EventEngine(configuration: EngineConfiguration(database: .file(database)))
+        try await engine.start()
+        try engine.record("first")
+        try await engine.settle()
+        #expect(try await engine.storedNames() == ["session_start", "first"])
+        await engine.close()
+        #expect(FileManager.default.fileExists(atPath: database.path))
     }
 
     @Test func closeDuringStartLeavesNothingOpen() async throws {

@@ -3,7 +3,9 @@ import SpoolStorage
 
 /// Where an engine's database lives.
 public enum DatabaseLocation: Sendable, Hashable {
-    /// A file on disk, created if missing; its directory must exist.
+    /// A file on disk, created if missing, and its directory with its
+    /// parents (``EventEngine/start()`` throws
+    /// ``SpoolError/cannotOpen(path:reason:)`` when they cannot be made).
     ///
     /// The file and the `-wal` and `-shm` files SQLite keeps beside it are
     /// readable and writable by their owner only (mode 0600: an existing file

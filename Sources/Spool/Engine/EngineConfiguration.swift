@@ -296,7 +296,9 @@ extension EngineConfiguration {
     /// inside `directory`.
     ///
     /// With the default dispatcher the database is
-    /// `<directory>/OPTEventQueue.sqlite`. The directory must exist. Every
+    /// `<directory>/OPTEventQueue.sqlite`, the name Optimizely's event
+    /// dispatcher gives its queue. ``EventEngine/start()`` creates the
+    /// directory when it is missing. Every
     /// other setting has its default: change the copy before creating the
     /// engine.
     ///

@@ -52,6 +52,31 @@ extension EventEngine {
         return try result.get()
     }
 
+    /// Creates the directory that holds the database file at `url`, with its
+    /// parents, when it is missing: a fresh app has no Application Support
+    /// folder until something makes it.
+    ///
+    /// - Throws: ``SpoolError/cannotOpen(path:reason:)`` naming the file, when
+    ///   the directory cannot be made (a file in its place, a folder that
+    ///   refuses new entries).
+    private static func createDirectory(containing url: URL) throws {
+        let directory = url.deletingLastPathComponent()
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: directory.path, isDirectory: &isDirectory), isDirectory.boolValue {
+            return
+        }
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        } catch {
+            // The system's own words for the cause (errno's), where it gives one.
+            let cause = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError
+            let reason =
+                cause.flatMap { $0.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32($0.code))) : nil }
+                ?? error.localizedDescription
+            throw SpoolError.cannotOpen(path: url.path, reason: "its directory cannot be created: \(reason)")
+        }
+    }
+
     private static func open(_ configuration: EngineConfiguration, sealer: RowSealer?) throws -> OpenedDatabase {
         // The current key first: without it nothing is opened or written.
         try sealer?.refreshCurrentKey()
@@ -61,6 +86,7 @@ extension EventEngine {
             return OpenedDatabase(database: database, mark: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)
         }
         let path = url.path
+        try createDirectory(containing: url)
         // The mark's file is also the lock that keeps two processes from
         // salvaging (or one from opening while another salvages) at once.
         let mark = StoreMark(databasePath: path)
