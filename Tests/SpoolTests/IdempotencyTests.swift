@@ -43,6 +43,37 @@ struct IdempotencyTests {
         await engine.close()
     }
 
+    @Test(
+        "W3: the app's headers named Idempotency-Key, X-Retry-Count or X-Spool-Loss, in any case, never replace Spool's",
+        arguments: ["headers", "headerProvider"])
+    func appHeadersNeverReplaceSpools(source: String) async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["format": "segment", "write_key": "wk"])  // its requests carry X-Spool-Loss
+        let app = ["idempotency-key": "the-app's-key", "X-RETRY-COUNT": "99", "x-spool-loss": "queue_count=0"]
+        let options = source == "headers" ? UploadRequestOptions(headers: app) : UploadRequestOptions(headerProvider: { app })
+        let engine = uploadingEngine(
+            directory, collector: collector, batchSize: 2, format: try .segment(writeKey: "wk", anonymousId: "a"),
+            request: options)
+        try await engine.start()
+        var recorded: [String] = []
+        for round in 0..<6 {
+            recorded += try recordEvents(engine, 2, prefix: "r\(round)_")
+            try await flushUntilDone(engine)
+        }
+        let requests = collector.requests()
+        #expect(requests.count >= 6)
+        for request in requests {
+            let key = request.ids.count == 1 ? request.ids.first : request.ids.first.map { $0 + "_" + request.ids.last! }
+            #expect(request.header("Idempotency-Key") == key, "the batch's own key: \(request.ids)")
+            #expect(request.header("X-Retry-Count") == "0")
+            #expect(request.header("X-Spool-Loss")?.hasPrefix("queue_count=0, queue_bytes=0") == true)
+            #expect(request.duplicate != true, "a collector deduplicating on the key took every batch")
+        }
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: recorded))
+        await engine.close()
+    }
+
     @Test("W3: a process killed mid-request: the next launch sends the batch under the same Idempotency-Key")
     func killedMidRequest() async throws {
         let directory = TemporaryDirectory()

@@ -148,9 +148,9 @@ struct UploadClient: Sendable {
     private func request(url: URL, headers: [String: String], body: Data, eventCount: Int, tag: Tag?) -> UploadRequest {
         var headers = headers
         if let tag {
-            headers[Self.idempotencyHeader] = tag.batchID
-            headers[Self.retryCountHeader] = String(tag.retries)
-            if let loss = tag.loss { headers[Self.lossHeader] = loss }
+            HTTPHeaders.set(Self.idempotencyHeader, tag.batchID, in: &headers)
+            HTTPHeaders.set(Self.retryCountHeader, String(tag.retries), in: &headers)
+            HTTPHeaders.set(Self.lossHeader, tag.loss, in: &headers)
         }
         return UploadRequest(
             url: url, headers: headers, body: body, eventCount: eventCount, timeout: requestTimeout,
@@ -214,11 +214,15 @@ struct UploadClient: Sendable {
         return headers
     }
 
-    /// `Content-Encoding` and `Content-Length` must match the body: they are
-    /// Spool's (and the transport's), never the format's or the user's.
+    /// `Content-Encoding` and `Content-Length` must match the body, and
+    /// `Idempotency-Key`, `X-Retry-Count` and `X-Spool-Loss` the batch: they
+    /// are Spool's (and the transport's), never the format's or the user's,
+    /// in any spelling. A user's key on every request would make a
+    /// deduplicating collector drop new batches as repeats.
     private static func removeSpoolsOwn(from headers: inout [String: String]) {
-        HTTPHeaders.set("Content-Encoding", nil, in: &headers)
-        HTTPHeaders.set("Content-Length", nil, in: &headers)
+        for name in ["Content-Encoding", "Content-Length", idempotencyHeader, retryCountHeader, lossHeader] {
+            HTTPHeaders.set(name, nil, in: &headers)
+        }
     }
 
     private static func merge(_ layer: [String: String], into headers: inout [String: String]) {

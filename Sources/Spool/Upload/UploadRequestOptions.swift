@@ -20,7 +20,9 @@ enum SpoolVersion {
 /// format's (`Content-Type`, its authentication), then ``headers``, then what
 /// ``headerProvider`` returns; a later layer replaces an earlier one's header
 /// of the same name, whatever its case. `Content-Encoding` and
-/// `Content-Length` are always Spool's: they must match the body.
+/// `Content-Length` are always Spool's: they must match the body; so are
+/// `Idempotency-Key`, `X-Retry-Count` and `X-Spool-Loss`, which name the
+/// batch (a header of yours by any of these names, in any case, is dropped).
 public struct UploadRequestOptions: Sendable {
     /// Headers on every request (an API key, a tenant id…).
     public var headers: [String: String]
