@@ -51,7 +51,8 @@ struct IdempotencyTests {
         let collector = try await TestCollector(directory)
         try await collector.control(["format": "segment", "write_key": "wk"])  // its requests carry X-Spool-Loss
         let app = ["idempotency-key": "the-app's-key", "X-RETRY-COUNT": "99", "x-spool-loss": "queue_count=0"]
-        let options = source == "headers" ? UploadRequestOptions(headers: app) : UploadRequestOptions(headerProvider: { app })
+        let options =
+            source == "headers" ? UploadRequestOptions(headers: app) : UploadRequestOptions(headerProvider: { app })
         let engine = uploadingEngine(
             directory, collector: collector, batchSize: 2, format: try .segment(writeKey: "wk", anonymousId: "a"),
             request: options)
@@ -63,12 +64,15 @@ struct IdempotencyTests {
         }
         let requests = collector.requests()
         #expect(requests.count >= 6)
-        for request in requests {
-            let key = request.ids.count == 1 ? request.ids.first : request.ids.first.map { $0 + "_" + request.ids.last! }
+        for (index, request) in requests.enumerated() {
+            let (first, last) = (request.ids.first ?? "", request.ids.last ?? "")
+            let key = request.ids.count == 1 ? first : first + "_" + last
             #expect(request.header("Idempotency-Key") == key, "the batch's own key: \(request.ids)")
-            #expect(request.header("X-Retry-Count") == "0")
+            // A loaded machine may time a request out and send it again.
+            let before = requests[..<index].filter { $0.header("Idempotency-Key") == key }.count
+            #expect(request.header("X-Retry-Count") == String(before))
             #expect(request.header("X-Spool-Loss")?.hasPrefix("queue_count=0, queue_bytes=0") == true)
-            #expect(request.duplicate != true, "a collector deduplicating on the key took every batch")
+            #expect(before > 0 || request.duplicate != true, "a first send is never taken for a repeat")
         }
         #expect(Set(collector.acceptedIDs()).isSuperset(of: recorded))
         await engine.close()
