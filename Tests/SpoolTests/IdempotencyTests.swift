@@ -78,6 +78,27 @@ struct IdempotencyTests {
         await engine.close()
     }
 
+    @Test("W3: X-Retry-Count counts every earlier send of the batch, the requests of a bisection between them included")
+    func retryCountAcrossABisection() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["mode": "status", "status": 400])  // refuses everything: nothing singled out
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
+        try await engine.start()
+        _ = try recordEvents(engine, 3)
+        await expectUploadDeferred { try await engine.flush() }
+        try await collector.control(["mode": "ok"])
+        try await flushUntilDone(engine)
+        let requests = collector.requests()
+        let key = try #require(requests.first?.header("Idempotency-Key"))
+        #expect(requests.filter { $0.header("Idempotency-Key") == key }.count >= 3, "sent, split, and sent again")
+        for (index, request) in requests.enumerated() {
+            let before = requests[..<index].filter { $0.header("Idempotency-Key") == request.header("Idempotency-Key") }
+            #expect(request.header("X-Retry-Count") == String(before.count), "request \(index) of \(request.ids)")
+        }
+        await engine.close()
+    }
+
     @Test("W3: a process killed mid-request: the next launch sends the batch under the same Idempotency-Key")
     func killedMidRequest() async throws {
         let directory = TemporaryDirectory()

@@ -158,10 +158,20 @@ extension Uploader {
     /// process sent it before (a retry reads the same events again).
     func nextTag(for batch: UploadBatch) -> UploadClient.Tag {
         let key = batch.key
-        let retries = lastSent?.key == key ? lastSent?.sends ?? 0 : 0
-        lastSent = (key, retries + 1)
+        var retries = 0
+        if let index = sends.lastIndex(where: { $0.key == key }) {
+            retries = sends.remove(at: index).count
+        } else if sends.count == Self.remembersSends {
+            sends.removeFirst()
+        }
+        sends.append((key, retries + 1))
         return UploadClient.Tag(batchID: key, retries: retries, loss: batch.lossHeader)
     }
+
+    /// How many batches' sends are remembered: more than the requests of a
+    /// bisection of the largest batch, between two sends of the batch it
+    /// split (2·⌈log2(n)⌉ for n events: 20 for 1,000).
+    static let remembersSends = 64
 
     /// Builds the request and sends it through the client's transport or
     /// dispatcher, waiting at most `dispatchTimeout` (a later answer is

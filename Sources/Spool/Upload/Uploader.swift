@@ -94,9 +94,11 @@ actor Uploader {
     let deadLetterLimits: DeadLetterLimits
     /// Where each request's result goes (nil: nobody listens).
     let results: UploadResultCenter?
-    /// The batch key sent last, and how many times in a row (the
-    /// `X-Retry-Count` of its next send).
-    var lastSent: (key: String, sends: Int)?
+    /// The keys of the batches sent most recently (at most
+    /// ``remembersSends``, the newest last), and how many times each went:
+    /// the `X-Retry-Count` of its next send, also after requests of other
+    /// batches in between (a bisection's halves).
+    var sends: [(key: String, count: Int)] = []
     /// Results not yet in `upload_batches`: written with the uploader's
     /// transaction once ``recordsPerWrite`` wait, and when a pass ends.
     var unsavedRecords: [UploadBatchRecord] = []
