@@ -50,6 +50,34 @@ struct UploadPauseTests {
     }
 
     @Test(
+        "W1: an engine that found uploads paused sends at its next due commit once another engine on the file resumes them"
+    )
+    func resumedByAnotherEngine() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let resuming = uploadingEngine(directory, collector: collector, batchSize: 10, timerInterval: 3_600)
+        let recording = uploadingEngine(directory, collector: collector, batchSize: 3, timerInterval: 3_600)
+        try await resuming.start()
+        try await recording.start()
+        try await resuming.pauseUploads()
+        let held = try recordEvents(recording, 3, prefix: "held")
+        try await recording.settle()
+        // Its own pass finds the pause.
+        await #expect(throws: SpoolError.uploadDeferred(reason: Uploader.pausedReason)) { try await recording.flush() }
+        try await resuming.resumeUploads()
+        #expect(try await waitUntil(timeout: 20) { Set(collector.acceptedIDs()).isSuperset(of: held) })
+
+        // No timer for an hour and no flush: only the commit can start it.
+        let more = try recordEvents(recording, 3, prefix: "after")
+        #expect(
+            try await waitUntil(timeout: 20) { Set(collector.acceptedIDs()).isSuperset(of: more) },
+            "the recording engine learnt of the resume from the database")
+        #expect(!(try await recording.uploadStatistics().paused))
+        await resuming.close()
+        await recording.close()
+    }
+
+    @Test(
         "W2: with unmetered-only uploads nothing is sent on a metered path, flush() included, and what waits goes out as soon as an unmetered path comes"
     )
     func unmeteredOnly() async throws {

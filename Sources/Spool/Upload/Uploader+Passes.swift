@@ -41,16 +41,39 @@ extension Uploader {
 
     /// The writer committed up to `head` (called on the database queue, for
     /// every commit): starts a flush once `batchSize` events are pending.
+    ///
+    /// Uploads found paused start no pass, unless the database says they are
+    /// paused no more: another engine on the file may have resumed them, and
+    /// nothing but the database tells this one.
     nonisolated func committed(head: Int64) {
-        let due = signals.withLock { signals -> Bool in
+        let (due, paused) = signals.withLock { signals -> (Bool, Bool) in
             signals.head = max(signals.head, head)
-            guard !signals.flushRequested, !signals.paused else { return false }
-            guard settings.flushIsDue(pending: signals.pending) else { return false }
+            guard !signals.flushRequested, settings.flushIsDue(pending: signals.pending) else { return (false, false) }
+            guard !signals.paused else { return (false, true) }
+            signals.flushRequested = true
+            return (true, false)
+        }
+        // Only when a flush is due, not per commit.
+        if due || (paused && resumedElsewhere()) { enter { $0.trigger(force: false) } }
+    }
+
+    /// On the database queue, with uploads found paused: whether the
+    /// database says they are paused no more. Then a flush is requested (the
+    /// pass clears the flag). A read that fails says nothing: the next
+    /// commit, or the timer's pass, looks again.
+    private nonisolated func resumedElsewhere() -> Bool {
+        let paused: Bool
+        do {
+            paused = try log.database.onQueue { try $0.uploadsPaused() }
+        } catch {
+            return false
+        }
+        guard !paused else { return false }
+        return signals.withLock { signals in
+            guard !signals.flushRequested else { return false }
             signals.flushRequested = true
             return true
         }
-        // Only when a flush is due, not per commit.
-        if due { enter { $0.trigger(force: false) } }
     }
 
     /// The periodic flush: every `interval` seconds of the database's clock

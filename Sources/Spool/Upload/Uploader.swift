@@ -46,7 +46,8 @@ actor Uploader {
         var head: Int64 = 0
         var flushRequested = false
         /// Uploads were found paused (``pauseUploads``): commits start no
-        /// pass; the timer's passes look again.
+        /// pass but ask the database whether they still are; the timer's
+        /// passes look again.
         var paused = false
         /// The last read found loss waiting to be reported (`upload_loss`),
         /// or none was read yet: settling a request settles its loss too.
