@@ -173,9 +173,9 @@ struct IdempotencyTests {
     }
 
     @Test(
-        "W3: a refused batch of batchSize events leaves no bound, and its retry after more events is the same batch under the same key"
-    )
-    func fullBatchRetry() async throws {
+        "W3: a refused batch of batchSize events is sent again the same, under the same key, after a relaunch with another batchSize",
+        arguments: [4, 2, 8])
+    func fullBatchRetry(relaunchedBatchSize: Int) async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         try await collector.control(["mode": "status", "status": 500, "times": 1])
@@ -186,14 +186,17 @@ struct IdempotencyTests {
         #expect(await collector.waitFor(timeout: 30) { !$0.isEmpty })
         let refused = try #require(collector.requests().first)
         #expect(refused.ids.count == 4)
-        let bounds = try await engine.query { try $0.scalarInt("SELECT count(*) FROM upload_batch_bounds") }
-        #expect(bounds == 0, "a full batch is read again the same without one")
-        _ = try recordEvents(engine, 3, prefix: "after")
-        try await flushUntilDone(engine)
+        await engine.close()
+
+        let relaunched = uploadingEngine(
+            directory, collector: collector, batchSize: relaunchedBatchSize, timerInterval: 3_600)
+        try await relaunched.start()
+        _ = try recordEvents(relaunched, 3, prefix: "after")
+        try await flushUntilDone(relaunched)
         let retry = try #require(collector.requests().dropFirst().first)
         #expect(retry.header("Idempotency-Key") == refused.header("Idempotency-Key"))
-        #expect(retry.ids == refused.ids && retry.header("X-Retry-Count") == "1")
-        #expect(Set(collector.acceptedIDs()).count == 7, "every event taken once")
-        await engine.close()
+        #expect(retry.ids == refused.ids && retry.header("X-Retry-Count") == "0", "a first send in this process")
+        #expect(Set(collector.acceptedIDs()).count == 8, "every event taken once, the relaunch's session_start too")
+        await relaunched.close()
     }
 }

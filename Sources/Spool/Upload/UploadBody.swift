@@ -205,18 +205,21 @@ extension UploadBatch {
         let maximumBytes = min(maximumBytes, format.maximumBodyBytes)
         let limit = eventLimit(limit, format)
         // Room for a batch of typical events without growing (a Segment call
-        // with its context is about 700 bytes), never past the bound.
+        // with its context is about 700 bytes), never past the bound; a
+        // limit from a batch's bound (a span of positions) can be far larger
+        // than its events.
+        let expected = min(limit, 10_000)
         var body = UploadBody(
             format: format, clock: clock, loss: loss, maximumBytes: maximumBytes,
-            capacity: min(maximumBytes, limit * 1_024 + 256))
+            capacity: min(maximumBytes, expected * 1_024 + 256))
         let lossInBody = body.carriesLoss
         var positions: [Int64] = []
-        positions.reserveCapacity(limit)
+        positions.reserveCapacity(expected)
         var oversized: Read?
         var firstID = ""
         var lastID: [UInt8] = []  // reused: no allocation per event
         var ids: [UInt8] = [UInt8(ascii: "[")]
-        ids.reserveCapacity(limit * 39 + 2)
+        ids.reserveCapacity(expected * 39 + 2)
         try connection.forEachEventRow(after: position, limit: limit, now: clock.sentAt) { row in
             guard row.seq <= last else { return false }
             switch body.append(row) {

@@ -246,10 +246,10 @@ extension Uploader {
         if gates.handedOff, let handoff = try connection.oldestHandoff() { return .handedOff(handoff) }
         var after = position
         if case .after(let last) = point { after = max(position, last) }
-        // A batch read before from the same first event ends where it did:
-        // a retry carries the same events under the same key (W3). Only a
-        // batch that ended before the most events a batch holds leaves its
-        // bound (below).
+        // A batch read before from the same first event ends where it did,
+        // whatever this engine's batch size (another process's, a relaunch
+        // with another setting): a retry carries the same events under the
+        // same key (W3).
         let bound = try connection.batchBound(after: after)
         guard let first = bound.first else {
             if ending { try connection.releaseLease(consumer, owner: owner) }
@@ -258,17 +258,17 @@ extension Uploader {
         // What the request reports: read in this transaction, which records
         // it as this request's (see `lossToCarry`).
         let loss = gates.lossCounted ? try connection.lossToCarry(from: first) : LossCounts()
+        let limit = bound.through.map { Int(clamping: $0 - first + 1) } ?? settings.batchSize
         switch try UploadBatch.read(
-            after: after, through: bound.through ?? .max, limit: settings.batchSize, anyFormat: format,
+            after: after, through: bound.through ?? .max, limit: limit, anyFormat: format,
             clock: batchClock(), loss: loss, from: connection)
         {
         case .batch(let batch)?:
-            // A batch of the most events a batch holds is read again the same
-            // from its first event; one that ended sooner (at the log's end,
-            // at the body's byte bound) would take events recorded since.
-            if batch.count < UploadBatch.eventLimit(settings.batchSize, format) {
-                try connection.noteBatchBound(first: batch.first, last: batch.last)
-            }
+            // Every batch notes where it ends, in the transaction that reads
+            // it: one that ended at the log's end or the body's byte bound
+            // would otherwise take events recorded since, and a full one
+            // another engine's batch size.
+            try connection.noteBatchBound(first: batch.first, last: batch.last)
             return .batch(batch)
         case .oversized(let at, let bytes)?: return .oversized(position: at, bytes: bytes)
         case nil:
