@@ -45,6 +45,8 @@ POST /_control with a JSON object changes the behaviour, and answers
      "path_status": {"/other": 503},  # requests to these paths get this status,
                                # whatever the mode, without counting towards "times"
      "reject_ids": [...],      # answer 400 to any batch holding one of these ids
+     "lose_ids": {"<id>": 1},  # take a batch holding one of these ids, then lose
+                               # its answer as "accept_lost" does, that many times
      "max_bytes": 1000,        # answer 413 to bodies larger than this (decoded)
      "hang_seconds": 5,
      "format": "any" | "spool" | "segment" | "kafka",  # validate and answer as this
@@ -85,7 +87,7 @@ state = {"mode": "ok", "status": 500, "retry_after": None, "times": None,
          "reject_ids": set(), "max_bytes": None, "hang_seconds": 5, "location": None,
          "path_status": {}, "format": "any", "write_key": None, "refuse_gzip": False,
          "accept_encoding": None, "error_code": None, "kafka_flavor": "confluent",
-         "record_errors": {}, "plain_json": False, "require_headers": {}}
+         "record_errors": {}, "plain_json": False, "require_headers": {}, "lose_ids": {}}
 released = threading.Condition(lock)
 release = {"status": None, "held": 0}
 # Idempotency-Key values of batches taken: a request carrying one again is
@@ -459,8 +461,14 @@ class Handler(BaseHTTPRequestHandler):
             entry["duplicate"] = True
         else:
             entry["accepted"] = [i for i in ids if i is not None]
+        with lock:
+            losing = [i for i in ids if state["lose_ids"].get(i, 0) > 0]
+            for event_id in losing:
+                state["lose_ids"][event_id] -= 1
+        if losing:
+            entry["answer_lost"] = True
         finish(200)
-        if mode == "accept_lost":
+        if mode == "accept_lost" or losing:
             time.sleep(settings["hang_seconds"])
             self.close_connection = True
             return

@@ -212,6 +212,22 @@ struct BisectionPlanTests {
         #expect(finish.notes.map(\.outcome) == [.accepted, .bisected, .retried])
     }
 
+    @Test(
+        "C3: a transient failure after an event was refused alone, once others were accepted: it is dead-lettered, and the accepted after it settled"
+    )
+    func transientAfterEvidence() throws {
+        // The batch is refused for 1; the right half's answer is lost.
+        var plan = Self.plan(Array(Int64(0)..<8))
+        var collector = Collector(bad: [1], answerAt: [5: .transient("no answer", retryAfter: nil, status: nil)])
+        let ran = collector.run(&plan)
+        let finish = try #require(ran)
+        #expect(collector.requests == [[0, 1, 2, 3], [0, 1], [0], [1], [2, 3], [4, 5, 6, 7]])
+        #expect(Self.dead(finish) == [1], "refused alone after 0 was accepted: the evidence holds")
+        #expect(Self.accepted(finish) == [0, 2, 3])
+        #expect(finish.outcomes[4] == nil, "the lost half waits")
+        #expect(finish.verdict == .backOff("no answer", retryAfter: nil))
+    }
+
     @Test("C2, C3: a refusal of the request mid-way holds the rest back with its reason")
     func requestRefusedMidWay() throws {
         var plan = Self.plan(Array(Int64(0)..<8))

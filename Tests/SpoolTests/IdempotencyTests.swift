@@ -99,6 +99,33 @@ struct IdempotencyTests {
         await engine.close()
     }
 
+    @Test(
+        "W3, C3: a bisection's half taken with its answer lost: what the bisection decided is settled, and the half goes again under its key"
+    )
+    func bisectionHalfWithItsAnswerLost() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let engine = uploadingEngine(directory, collector: collector, batchSize: 8, timerInterval: 3_600)
+        try await engine.start()
+        try await engine.pauseUploads()
+        let ids = try recordEvents(engine, 11)  // with the session_start, a batch of 8 and one of 4
+        try await engine.settle()
+        // e0 is refused wherever it goes; the right half of the first batch
+        // (e3…e6) is taken, and its answer lost.
+        try await collector.control(["reject_ids": [ids[0]], "lose_ids": [ids[5]: 1], "hang_seconds": 4])
+        try await engine.resumeUploads()
+        try await flushUntilDone(engine)
+        var taken: [String: Int] = [:]
+        for request in collector.requests() where request.taken {
+            for id in request.acceptedIDs { taken[id, default: 0] += 1 }
+        }
+        #expect(taken.filter { $0.value > 1 }.isEmpty, "a collector deduplicating on the key takes each event once")
+        #expect(taken[ids[0]] == nil && Set(ids.dropFirst()).isSubset(of: Set(taken.keys)))
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.deadLettered == 1 && statistics.pending == 0, "e0, refused alone after others were taken")
+        await engine.close()
+    }
+
     @Test("W3: a process killed mid-request: the next launch sends the batch under the same Idempotency-Key")
     func killedMidRequest() async throws {
         let directory = TemporaryDirectory()

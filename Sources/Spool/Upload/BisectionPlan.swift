@@ -282,7 +282,15 @@ struct BisectionPlan<Request> {
         }
     }
 
-    private func finish() -> Finish {
+    private mutating func finish() -> Finish {
+        if ended != nil {
+            // Stopped before the re-check: a refusal alone that came after an
+            // acceptance is evidence all the same, and the events decided
+            // before it (accepted ones too) are settled, not sent again.
+            for refusal in refusedAlone where !refusal.beforeEvidence && outcomes[refusal.position] == nil {
+                outcomes[refusal.position] = .rejected(refusal.reason, status: refusal.status)
+            }
+        }
         let published = notes.map { note -> Note in
             // A request of one event says what became of that event.
             guard note.positions.count == 1, let position = note.positions.first else { return note }

@@ -103,12 +103,15 @@ extension Uploader {
                 }
                 // Reporting no loss: what the refused request reported is
                 // reported again by a request after the bisection.
-                return (
-                    try UploadBatch.read(
-                        after: position, through: last, limit: limit, anyFormat: format, clock: batchClock(),
-                        from: connection),
-                    nil
-                )
+                let found = try UploadBatch.read(
+                    after: position, through: last, limit: limit, anyFormat: format, clock: batchClock(),
+                    from: connection)
+                // Like every batch, it notes where it ends: a probe sent again
+                // after a lost answer goes under the same key (W3).
+                if case .batch(let batch)? = found {
+                    try connection.noteBatchBound(first: batch.first, last: batch.last)
+                }
+                return (found, nil)
             }
         }
         if let heldBy { throw heldElsewhere(heldBy) }
