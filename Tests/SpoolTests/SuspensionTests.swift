@@ -81,11 +81,13 @@ struct SuspensionTests {
     @Test("a retried start joins the background notifier once")
     func retriedStartRegistersOnce() async throws {
         let directory = TemporaryDirectory()
-        let missing = directory.file("later/spool.sqlite")
-        let engine = EventEngine(configuration: EngineConfiguration(database: .file(missing)))
+        // A file where the database's directory goes: the first start fails.
+        let blocker = directory.file("later")
+        try Data("in the way".utf8).write(to: blocker)
+        let engine = EventEngine(
+            configuration: EngineConfiguration(database: .file(directory.file("later/spool.sqlite"))))
         await #expect(throws: SpoolError.self) { try await engine.start() }
-        try FileManager.default.createDirectory(
-            at: missing.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.removeItem(at: blocker)
         try await engine.start()
         #expect(SpoolBackgroundNotifier.registrations(of: engine) == 1)
         await engine.close()
