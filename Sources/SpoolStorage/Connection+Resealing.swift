@@ -50,7 +50,7 @@ extension Connection {
     package func resealChunk(_ table: ResealedTable, after: Int64, limit: Int, now: Double) throws -> ResealedChunk {
         guard let sealer, let current = sealer.currentKeyID else { return ResealedChunk() }
         try execute("PRAGMA secure_delete = ON")
-        defer { try? execute("PRAGMA secure_delete = OFF") }  // try?: left on, deletes only cost more; nothing is lost
+        defer { try? execute(Self.routineSecureDelete) }  // try?: left on, deletes only cost more; nothing is lost
         return try transaction {
             var chunk = ResealedChunk()
             var sealed: [(row: Int64, value: [UInt8])] = []

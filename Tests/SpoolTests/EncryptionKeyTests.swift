@@ -89,6 +89,35 @@ struct EncryptionKeyTests {
     }
 
     @Test(
+        "P12: reencryptAll leaves no byte of values deleted before it (free pages included), and routine deletes stay FAST"
+    )
+    func sealingLeavesNoDeletedValues() async throws {
+        let directory = TemporaryDirectory()
+        let marker = "GONEMARK\(UInt32.random(in: 1_000_000...9_999_999))"
+        // The queue bound deletes the oldest as they come: their bytes stay
+        // in pages a routine (FAST) secure delete does not write again.
+        let plain = try await startedEngine(directory) { $0.maximumRetainedEvents = 20 }
+        for index in 0..<300 {
+            try plain.record(
+                "plain",
+                parameters: ["note": .string("\(marker)-\(index)"), "pad": .string(String(repeating: "x", count: 200))])
+        }
+        try await plain.settle()
+        await plain.close()
+        #expect(EncryptionTests.found(marker, directory.databaseURL) > 0)
+
+        let sealed = try await startedEngine(directory) {
+            $0.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
+        }
+        _ = try await sealed.reencryptAll()
+        #expect(try await sealed.query { try $0.scalarInt("PRAGMA secure_delete") } == 2, "FAST, as before the call")
+        await sealed.close()
+        #expect(
+            EncryptionTests.found(marker, directory.databaseURL) == 0,
+            "\(PrivacyTests.occurrences(of: marker, besides: directory.databaseURL))")
+    }
+
+    @Test(
         "P13: a file holding sealed values is refused without encryption, and left as it was; a provider with no key fails start(); a key of the wrong size is refused"
     )
     func refusals() async throws {

@@ -15,8 +15,10 @@ extension EventEngine {
     ///
     /// The current key is asked of the provider first; values sealed from
     /// then on use it. The backlog is sealed again in transactions of 256
-    /// rows, with SQLite's secure delete on, and the WAL is then
-    /// checkpointed, so the bytes replaced do not stay in the file. An
+    /// rows, with SQLite's secure delete on; then the WAL is checkpointed
+    /// and the file rebuilt with its live pages only (`VACUUM`, as
+    /// ``eraseAllData()`` does), so neither the bytes replaced nor those of
+    /// rows deleted earlier stay in the files. An
     /// event whose value will not open moves to the dead letters with
     /// reason `undecryptable` (``SpoolDiagnostic/Kind/undecryptableRows``).
     ///
@@ -52,7 +54,16 @@ extension EventEngine {
                         after = last
                     }
                 }
-                try await log.database.run { try $0.truncateWAL() }
+                // Rows deleted before (uploaded, dropped by a bound) left their
+                // readable bytes in pages a routine delete does not write
+                // again: the file is rebuilt, as an erasure rebuilds it.
+                try await log.database.withCheckpointsPaused {
+                    try await log.database.run { connection in
+                        try connection.truncateWAL()
+                        try connection.vacuum()
+                        try connection.truncateWAL()
+                    }
+                }
             }
         }
         let (resealed, undecryptable) = counts.withLock { ($0.resealed, $0.undecryptable) }
