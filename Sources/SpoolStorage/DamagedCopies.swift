@@ -127,13 +127,16 @@ package struct DamagedCopies: Sendable {
 
     /// Deletes every copy set aside at the database's path, of every kind
     /// (an unrecognized file sat at the app's database path too, and may hold
-    /// the same user's data), with their companions: what an erasure does.
+    /// the same user's data), with their companions, and a salvage's
+    /// half-built file (``buildingPath``: a process killed between the
+    /// salvage's renames leaves it, and nothing opens it again): what an
+    /// erasure does.
     ///
     /// - Returns: the paths of the files that could not be deleted.
     package func deleteAll() -> [String] {
-        list().flatMap { copy -> [String] in
-            Self.delete(copy.path)
-            return Self.companions.map { copy.path + $0 }.filter { FileManager.default.fileExists(atPath: $0) }
+        (list().map(\.path) + [buildingPath]).flatMap { path -> [String] in
+            Self.delete(path)
+            return Self.companions.map { path + $0 }.filter { FileManager.default.fileExists(atPath: $0) }
         }
     }
 

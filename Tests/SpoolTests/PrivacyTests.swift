@@ -235,7 +235,7 @@ struct PrivacyTests {
     }
 
     @Test(
-        "P9: eraseAllData() deletes every copy set aside at the database's path, damaged, newer or unrecognised; one a read-only folder keeps makes it throw erasureIncomplete naming it"
+        "P9: eraseAllData() deletes every copy set aside at the database's path, damaged, newer or unrecognised, and a salvage's half-built file; one a read-only folder keeps makes it throw erasureIncomplete naming it"
     )
     func erasureDeletesEverySetAsideCopy() async throws {
         let directory = TemporaryDirectory()
@@ -243,8 +243,13 @@ struct PrivacyTests {
         let copies = DamagedCopies(databasePath: directory.databaseURL.path)
         func setAside() -> Set<String> {
             var files: Set<String> = []
-            for (index, kind) in DamagedCopies.Kind.allCases.enumerated() {
-                let path = copies.newPath(kind, at: Date(timeIntervalSince1970: 1_700_000_000 + Double(index)))
+            // A salvage killed between its renames leaves its fresh file
+            // (the user's rows) at the building path.
+            let paths =
+                DamagedCopies.Kind.allCases.enumerated().map { index, kind in
+                    copies.newPath(kind, at: Date(timeIntervalSince1970: 1_700_000_000 + Double(index)))
+                } + [copies.buildingPath]
+            for path in paths {
                 for companion in ["", "-wal"] {
                     _ = FileManager.default.createFile(atPath: path + companion, contents: Data("user-data".utf8))
                     files.insert(path + companion)
