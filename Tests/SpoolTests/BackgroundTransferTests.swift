@@ -84,6 +84,16 @@ struct BackgroundTransferTests {
         #expect(first.request.value(forHeader: "Idempotency-Key") == first.batchID)
         #expect(try Self.rows(directory) == ["\(first.batchID)|10|handed_off|1"])
         #expect(Self.bodies(directory) == ["\(first.batchID).body"])
+        // Owner only, like the database, whatever the process's umask.
+        let modes = try [
+            Self.transfersDirectory(directory), Self.transfersDirectory(directory) + "/\(first.batchID).body",
+        ]
+        .map { path in
+            (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int).map {
+                String($0, radix: 8)
+            }
+        }
+        #expect(modes == ["700", "600"])
         #expect(
             try DamagedFiles.cli(Self.queueFile(directory), "SELECT count(*) FROM events") == "25",
             "session_start and 24 events stay queued")

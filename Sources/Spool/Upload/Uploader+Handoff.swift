@@ -31,10 +31,16 @@ struct TransferFiles: Sendable {
 
     func url(_ batchID: String) -> URL { directory.appendingPathComponent(Self.name(batchID)) }
 
+    /// Writes `body` where the system's transfer reads it: owner only, like
+    /// the database (the folder 0700, so no other user reaches a body even
+    /// while it is being written; the file 0600).
     func write(_ body: Data, for batchID: String) throws {
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        _ = chmod(directory.path, 0o700)  // one made before, by any umask
         let file = url(batchID)
         try body.write(to: file, options: .atomic)
+        _ = chmod(file.path, 0o600)
         try protect(file.path)
     }
 
