@@ -162,7 +162,15 @@ package final class IdentityStamp: Sendable {
                 ?? connection.insertIdentity(
                     anonymousID: UUID().uuidString.lowercased(), userID: nil, traitsJSON: "{}", createdAt: createdAt)
         case .changed(let base, let userID, let traitsJSON, let anonymousID):
-            let baseRow = try base.resolve(on: connection)
+            var baseRow = try base.resolve(on: connection)
+            // A change another process made after this one's base and before
+            // this one (a reset, an identify there) comes first: this one is
+            // made over it, as the changes were made in that order.
+            if let newer = try connection.identityInForce(), newer.id != baseRow.id,
+                newer.createdAt > baseRow.createdAt, newer.createdAt <= createdAt
+            {
+                baseRow = newer
+            }
             row = try connection.insertIdentity(
                 anonymousID: anonymousID ?? baseRow.anonymousID, userID: userID,
                 traitsJSON: traitsJSON ?? baseRow.traitsJSON, createdAt: createdAt)

@@ -45,6 +45,10 @@ extension EventEngine {
         var message = Message(EventType.identify.rawValue, traits, type: .identify)
         let dropped = passMiddleware(&message)
         let traitsJSON = dropped == nil ? try EventEncoder.encode(message.parameters) : "{}"
+        // The message carries the identity it made, whatever other thread
+        // changes it meanwhile.
+        identityCalls.lock()
+        defer { identityCalls.unlock() }
         identities.change(userID: userId, traitsJSON: traitsJSON, at: configuration.clock.now)
         persistIdentity()
         if let dropped { return dropped.outcome }
@@ -56,6 +60,8 @@ extension EventEngine {
     /// Events accepted before keep the identity they were recorded with. The
     /// change is kept and ordered as ``identify(userId:traits:)``'s.
     public func reset() {
+        identityCalls.lock()
+        defer { identityCalls.unlock() }
         identities.change(
             userID: nil, traitsJSON: "{}", newAnonymousID: UUID().uuidString.lowercased(),
             at: configuration.clock.now)
@@ -70,6 +76,8 @@ extension EventEngine {
     /// - Throws: the errors of ``record(_:parameters:)``.
     @discardableResult
     public func alias(_ userId: String) throws -> RecordOutcome {
+        identityCalls.lock()
+        defer { identityCalls.unlock() }
         let current = identities.current.identity.user
         identities.change(userID: userId, traitsJSON: nil, at: configuration.clock.now)
         persistIdentity()

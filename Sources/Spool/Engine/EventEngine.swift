@@ -47,6 +47,10 @@ public final class EventEngine: Sendable {
     let uploaderBox = Protected<Uploader?>(nil)
     /// The identity and context each accepted event is stamped with.
     let identities: IdentityBook
+    /// Held across an identity change and the message that goes with it
+    /// (`identify`, `alias`, `reset`), so that no other change comes between
+    /// them; recursive, for a middleware that calls one of them.
+    let identityCalls = NSRecursiveLock()
     /// The middleware every event passes before it is encoded.
     let pipeline = Pipeline()
     /// This engine's name in the lease columns (the uploader's, durable listeners').
