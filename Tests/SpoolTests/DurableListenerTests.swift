@@ -12,6 +12,28 @@ struct DurableListenerTests {
             configuration: EngineConfiguration(database: .file(directory.databaseURL), maximumRetainedEvents: retained))
     }
 
+    @Test(
+        "P1: a durable listener added again in the same engine while it lags, or removed and added again, gets no event twice and misses none",
+        arguments: [false, true])
+    func addedAgainWhileLagging(removedFirst: Bool) async throws {
+        let directory = TemporaryDirectory()
+        let slow = CollectingListener { _, _ in usleep(2_000) }
+        let engine = engine(directory)
+        engine.events.addDurableObserver(slow, id: "warehouse")
+        try await engine.start()
+        for index in 0..<300 { try engine.record("e\(index)") }
+        #expect(try await waitUntil(timeout: 30) { slow.customNames.count >= 50 })
+        // Its saved position trails what it was given (saved per commit group).
+        if removedFirst { engine.events.removeDurableObserver(id: "warehouse") }
+        engine.events.addDurableObserver(slow, id: "warehouse")
+        for index in 300..<400 { try engine.record("e\(index)") }
+        try await engine.settle()
+        #expect(try await waitUntil(timeout: 60) { slow.customNames.last == "e399" })
+        let names = slow.customNames
+        #expect(names == (0..<400).map { "e\($0)" }, "\(names.count) deliveries for 400 events")
+        await engine.close()
+    }
+
     @Test("P1: a durable listener resumes after a restart with the events it missed, before new ones")
     func resumesAfterRestart() async throws {
         let directory = TemporaryDirectory()

@@ -21,10 +21,17 @@ extension DurableListeners {
     ///
     /// Called from the database queue, so every commit after `head` reaches
     /// the delivery queue after this.
+    ///
+    /// Added again in this engine (while attached, or after it was removed),
+    /// it goes on after what it was given here, which its saved `position`
+    /// may trail.
     func startDelivering(_ durable: Durable, at position: Int64, head: Int64, missed: Int) {
         queue.async {
             if missed > 0 { durable.onMissed?(missed) }
-            var state = Position(durable: durable, deliveredThrough: position, savedThrough: position)
+            let given = max(
+                self.positions[durable.id]?.deliveredThrough ?? .min,
+                self.detachedThrough.removeValue(forKey: durable.id) ?? .min)
+            var state = Position(durable: durable, deliveredThrough: max(position, given), savedThrough: position)
             self.catchUp(&state, before: head + 1, policy: self.policy())
             self.positions[durable.id] = state
             self.savePositions()

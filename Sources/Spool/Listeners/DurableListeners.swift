@@ -62,6 +62,10 @@ final class DurableListeners: @unchecked Sendable {
     let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy
     /// On `queue`: each attached listener's positions, by id.
     var positions: [String: Position] = [:]
+    /// On `queue`: how far each listener detached here got, by id. Its saved
+    /// position can trail that (it is saved per commit group): one added
+    /// again in this engine starts after what it was given, not from there.
+    var detachedThrough: [String: Int64] = [:]
 
     /// - Parameter queue: the delivery queue, where listeners are called.
     init(
@@ -152,7 +156,10 @@ final class DurableListeners: @unchecked Sendable {
     /// - Returns: whether some listener's lease was held (the caller
     ///   releases every lease this engine holds).
     func close() -> Bool {
-        queue.async { self.positions.removeAll() }
+        queue.async {
+            self.positions.removeAll()
+            self.detachedThrough.removeAll()
+        }
         return state.withLock { state in
             state.database = nil
             defer { state.held.removeAll() }
@@ -170,7 +177,11 @@ final class DurableListeners: @unchecked Sendable {
             return state.held.compactMap { state.added[$0] }
         }
         for durable in held {
-            queue.async { self.positions[durable.id] = nil }
+            // The new file's positions are not the old one's.
+            queue.async {
+                self.positions[durable.id] = nil
+                self.detachedThrough[durable.id] = nil
+            }
             attach(durable, log: log, connection: connection, reportHeld: false)
         }
     }
@@ -239,7 +250,11 @@ final class DurableListeners: @unchecked Sendable {
     /// Stops delivering to `id` here: its lease is no longer held.
     private func detach(_ id: String) {
         state.withLock { _ = $0.held.remove(id) }
-        queue.async { self.positions[id] = nil }
+        queue.async {
+            if let position = self.positions.removeValue(forKey: id) {
+                self.detachedThrough[id] = max(self.detachedThrough[id] ?? .min, position.deliveredThrough)
+            }
+        }
     }
 
     /// Renews this engine's leases every ``leaseRenewal`` while it holds any

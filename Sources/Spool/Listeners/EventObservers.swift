@@ -49,11 +49,12 @@ public final class EventObservers: Sendable {
 
     /// Adds a listener that never misses an event across crashes and restarts.
     ///
-    /// Spool keeps a position for `id` in the database and advances it as the
-    /// listener returns from each event. After a restart, add the listener
-    /// again under the same id: it first receives every event it had not
-    /// finished (at least once — an event it was handling when the app died
-    /// comes again), then new ones. Events are kept until every durable
+    /// Spool keeps a position for `id` in the database, advanced as the
+    /// listener returns from each event and saved once per commit group.
+    /// After a restart, add the listener again under the same id: it first
+    /// receives every event it had not finished (at least once — the events
+    /// since the last save come again after a crash), then new ones. Added
+    /// again in the same engine, it goes on where it was. Events are kept until every durable
     /// listener and the uploader have passed them, up to the engine's
     /// `maximumRetainedEvents`. While added, the listener hears every event
     /// as it is committed, however slow it is; while it is away (not added,
