@@ -280,6 +280,37 @@ struct PrivacyTests {
         await engine.close()
     }
 
+    @Test(
+        "eraseAllData: once it returns, no listener, durable or not, is given an erased event, even a slow one far behind"
+    )
+    func listenersGetNoErasedEventAfterTheCall() async throws {
+        let directory = TemporaryDirectory()
+        let returned = Protected(false)
+        let late = Protected([String: Int]())
+        func slow(_ label: String) -> CollectingListener {
+            CollectingListener(label) { listener, received in
+                if received.name.hasPrefix("erased"), returned.withLock({ $0 }) {
+                    late.withLock { $0[listener.label, default: 0] += 1 }
+                }
+                usleep(1_000)
+            }
+        }
+        let (durable, plain) = (slow("durable"), slow("plain"))
+        let engine = try await startedEngine(directory, configure: { $0.maximumRetainedEvents = nil }) {
+            $0.events.addDurableObserver(durable, id: "warehouse")
+            $0.events.addObserver(plain)
+        }
+        for index in 0..<2_000 { try engine.record("erased\(index)", parameters: ["email": .string(Self.marker)]) }
+        try await engine.eraseAllData()
+        returned.withLock { $0 = true }
+        try engine.record("after")
+        try await engine.settle()
+        #expect(try await waitUntil(timeout: 30) { durable.names.last == "after" && plain.names.last == "after" })
+        // The event each was handling as the call returned may finish.
+        #expect(late.withLock { $0 }.values.allSatisfy { $0 <= 1 }, "\(late.withLock { $0 })")
+        await engine.close()
+    }
+
     @Test("withdrawConsent(erasingData: true) erases what is on disk; the default keeps the history")
     func withdrawingConsentCanErase() async throws {
         let directory = TemporaryDirectory()

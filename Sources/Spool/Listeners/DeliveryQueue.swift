@@ -84,7 +84,8 @@ package final class DeliveryQueue: Sendable {
         let follower = self.follower.withLock { $0 }.flatMap { $0.isActive ? $0 : nil }
         guard hasObservers || follower != nil || !durables.noneAttached else { return }
         for event in events {
-            let allowed = policy.allows(event.name)
+            // An erasure that returned since these were committed erased them.
+            let allowed = policy.allows(event.name) && !durables.isErased(event.seq)
             let listeners = allowed && hasObservers ? observers.snapshot() : []
             let entries =
                 allowed && hasObservers ? observers.registrations.snapshot(.named(event.name), .everyEvent) : []

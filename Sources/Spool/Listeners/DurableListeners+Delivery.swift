@@ -38,6 +38,11 @@ extension DurableListeners {
         }
     }
 
+    /// Whether `seq` was erased (``erased(through:)``) by this engine.
+    func isErased(_ seq: Int64) -> Bool {
+        erasedThrough.withLock { seq <= $0 }
+    }
+
     /// Whether no listener is attached here (on the delivery queue).
     var noneAttached: Bool {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -92,7 +97,9 @@ extension DurableListeners {
             for event in events {
                 // A dead letter put back for the uploader was delivered when
                 // it was recorded.
-                if !event.uploaderOnly, policy.allows(event.name), let listener = state.durable.listener.object {
+                if !event.uploaderOnly, policy.allows(event.name), !isErased(event.seq),
+                    let listener = state.durable.listener.object
+                {
                     listener.onEventRecorded(
                         RecordedEvent(event, parameters: EventValue.parameters(fromJSON: event.parametersJSON)))
                 }
@@ -152,8 +159,11 @@ extension DurableListeners {
 
     /// Every event up to `head` was erased: attached listeners stand there
     /// now (the database already moved their positions), so the gap is no
-    /// drop.
+    /// drop. From the call on, no listener is given an event up to `head`,
+    /// not even one already on its way to the delivery queue or read by a
+    /// catch-up before the erasure.
     func erased(through head: Int64) {
+        erasedThrough.withLock { $0 = max($0, head) }
         queue.async {
             for (id, var state) in self.positions {
                 state.deliveredThrough = max(state.deliveredThrough, head)

@@ -66,6 +66,9 @@ final class DurableListeners: @unchecked Sendable {
     /// position can trail that (it is saved per commit group): one added
     /// again in this engine starts after what it was given, not from there.
     var detachedThrough: [String: Int64] = [:]
+    /// The last position this engine's erasure erased: no listener, durable
+    /// or not, is given an event at or before it.
+    let erasedThrough = Protected<Int64>(.min)
 
     /// - Parameter queue: the delivery queue, where listeners are called.
     init(
