@@ -296,10 +296,12 @@ struct PrivacyTests {
             }
         }
         let (durable, plain) = (slow("durable"), slow("plain"))
-        let engine = try await startedEngine(directory, configure: { $0.maximumRetainedEvents = nil }) {
-            $0.events.addDurableObserver(durable, id: "warehouse")
-            $0.events.addObserver(plain)
-        }
+        let engine = try await startedEngine(
+            directory, configure: { $0.maximumRetainedEvents = nil },
+            before: {
+                $0.events.addDurableObserver(durable, id: "warehouse")
+                $0.events.addObserver(plain)
+            })
         for index in 0..<2_000 { try engine.record("erased\(index)", parameters: ["email": .string(Self.marker)]) }
         try await engine.eraseAllData()
         returned.withLock { $0 = true }
