@@ -34,6 +34,28 @@ struct DurableListenerTests {
         await engine.close()
     }
 
+    @Test(
+        "P1: the engine holding a durable listener delivers what another engine on the file records, while it records nothing itself"
+    )
+    func holderHearsAnotherEngine() async throws {
+        let directory = TemporaryDirectory()
+        let listener = CollectingListener()
+        let holder = engine(directory)
+        holder.events.addDurableObserver(listener, id: "app")
+        try await holder.start()
+        let widget = engine(directory)
+        try await widget.start()
+        for index in 0..<50 { try widget.record("widget\(index)") }
+        try await widget.settle()
+        // Within a lease renewal (20 s), with no commit of its own.
+        #expect(
+            try await waitUntil(timeout: 40) { listener.customNames.filter { $0.hasPrefix("widget") }.count == 50 },
+            "\(listener.customNames.count) delivered")
+        #expect(listener.customNames.filter { $0.hasPrefix("widget") } == (0..<50).map { "widget\($0)" })
+        await widget.close()
+        await holder.close()
+    }
+
     @Test("P1: a durable listener resumes after a restart with the events it missed, before new ones")
     func resumesAfterRestart() async throws {
         let directory = TemporaryDirectory()

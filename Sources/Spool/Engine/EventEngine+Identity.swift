@@ -58,7 +58,10 @@ extension EventEngine {
     /// Forgets the user: no user id, no traits, and a new anonymous id for
     /// every event accepted from now on (a sign-out on a shared device).
     /// Events accepted before keep the identity they were recorded with. The
-    /// change is kept and ordered as ``identify(userId:traits:)``'s.
+    /// change is kept and ordered as ``identify(userId:traits:)``'s: its row
+    /// reaches the file just after the call, so an app that may be killed
+    /// right after a sign-out awaits ``identity()``, which returns once it
+    /// is written.
     public func reset() {
         identityCalls.lock()
         defer { identityCalls.unlock() }
@@ -71,7 +74,9 @@ extension EventEngine {
     /// Records an `alias` message saying that `userId` is the same person as
     /// the current user (or, with none, the anonymous id), then makes
     /// `userId` the current user, keeping the traits (before ``start()``,
-    /// the ones the file holds).
+    /// the ones the file holds). The current user is the one this engine
+    /// knows when the call is made: before ``start()`` none, so the message
+    /// names the anonymous id; call it after `start()`.
     ///
     /// - Throws: the errors of ``record(_:parameters:)``.
     @discardableResult

@@ -38,6 +38,20 @@ extension DurableListeners {
         }
     }
 
+    /// Delivers to every attached listener the stored events up to `head`
+    /// it has not been given: those other processes committed.
+    func catchUp(to head: Int64) {
+        queue.async {
+            let policy = self.policy()
+            for id in self.positions.keys {
+                guard var state = self.positions[id], state.deliveredThrough < head else { continue }
+                self.catchUp(&state, before: head + 1, policy: policy)
+                self.positions[id] = state
+            }
+            self.savePositions()
+        }
+    }
+
     /// Whether `seq` was erased (``erased(through:)``) by this engine.
     func isErased(_ seq: Int64) -> Bool {
         erasedThrough.withLock { seq <= $0 }

@@ -291,6 +291,9 @@ final class DurableListeners: @unchecked Sendable {
                         self.attach(durable, log: log, connection: connection)
                     }
                 }
+                // What other processes committed meanwhile reaches nobody
+                // here until this engine commits: catch up to the head.
+                self.catchUp(to: try connection.headPosition())
             } catch {
                 self.diagnostics.report(
                     .durableListenerStalled, error: SpoolError.bridge(error),
