@@ -70,6 +70,17 @@ extension Connection {
         try check(code, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
+    /// Leaves no byte of deleted rows in the files: the WAL checkpointed and
+    /// truncated, the file rebuilt with its live pages (``vacuum()``), and
+    /// the WAL that wrote truncated again. Run with the background
+    /// checkpoints paused: a passive pass holding the WAL makes a TRUNCATE
+    /// fail with `SQLITE_BUSY`.
+    package func rebuildWithoutDeletedBytes() throws {
+        try truncateWAL()
+        try vacuum()
+        try truncateWAL()
+    }
+
     /// Rebuilds the file with only its live pages (and incremental
     /// auto-vacuum from then on). Cost is proportional to what is left.
     package func vacuum() throws {

@@ -56,13 +56,10 @@ extension EventEngine {
                 }
                 // Rows deleted before (uploaded, dropped by a bound) left their
                 // readable bytes in pages a routine delete does not write
-                // again: the file is rebuilt, as an erasure rebuilds it.
+                // again: the file is rebuilt, as an erasure rebuilds it, with
+                // the background checkpoints paused.
                 try await log.database.withCheckpointsPaused {
-                    try await log.database.run { connection in
-                        try connection.truncateWAL()
-                        try connection.vacuum()
-                        try connection.truncateWAL()
-                    }
+                    try await log.database.run { try $0.rebuildWithoutDeletedBytes() }
                 }
             }
         }

@@ -56,17 +56,14 @@ extension EventEngine {
                 // memory instead, and never reaches the file.
                 log.discardBuffered(because: StorageError.erased)
             }
-            // The WAL is truncated twice, with Spool's own background
-            // checkpoints paused: a passive pass holding the WAL during a
-            // burst makes the TRUNCATE fail with SQLITE_BUSY.
+            // With Spool's own background checkpoints paused (see
+            // `rebuildWithoutDeletedBytes`).
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
                     try await log.database.run { [identities, clock = configuration.clock] connection -> Int64 in
                         let (head, identity, erasures) = try connection.eraseAll(at: clock.now)
                         identities.erased(leaving: identity, erasures: erasures)
-                        try connection.truncateWAL()
-                        try connection.vacuum()
-                        try connection.truncateWAL()
+                        try connection.rebuildWithoutDeletedBytes()
                         return head
                     }
                 }

@@ -54,12 +54,12 @@ public final class EventObservers: Sendable {
     /// After a restart, add the listener again under the same id: it first
     /// receives every event it had not finished (at least once — the events
     /// since the last save come again after a crash), then new ones. Added
-    /// again in the same engine, it goes on where it was. Events are kept until every durable
-    /// listener and the uploader have passed them, up to the engine's
-    /// `maximumRetainedEvents`. While added, the listener hears every event
-    /// as it is committed, however slow it is; while it is away (not added,
-    /// or released), the log keeps only that many for it, and on its return
-    /// `onMissed` is told how many gave way.
+    /// again in the same engine, it goes on where it was. Events are kept
+    /// until every durable listener and the uploader have passed them, up to
+    /// the engine's `maximumRetainedEvents`. While added, the listener hears
+    /// every event as it is committed, however slow it is; while it is away
+    /// (not added, or released), the log keeps only that many for it, and on
+    /// its return `onMissed` is told how many gave way.
     ///
     /// The listener is held weakly, like ``addObserver(_:)``; while it is gone
     /// its position stays put.
