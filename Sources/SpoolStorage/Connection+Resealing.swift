@@ -8,14 +8,15 @@ extension Connection {
         case events, deadLetters, identities, contexts
 
         /// The rows after a row id, in order: row id, the row's binding
-        /// (an event's id), its readable value (user id for an identity,
-        /// then its traits), and its sealed value.
+        /// (an event's id), its readable values (an event's target and
+        /// parameters, an identity's user id and traits), and its sealed
+        /// value.
         var select: String {
             switch self {
             case .events:
-                "SELECT seq, id, NULL, parameters, sealed FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
+                "SELECT seq, id, target, parameters, sealed FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
             case .deadLetters:
-                "SELECT seq, id, NULL, parameters, sealed FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
+                "SELECT seq, id, target, parameters, sealed FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
             case .identities:
                 "SELECT id, NULL, user_id, traits, sealed FROM identities WHERE id > ? ORDER BY id LIMIT ?"
             case .contexts:
@@ -23,10 +24,20 @@ extension Connection {
             }
         }
 
+        /// Whether the sealed row `select` stands on has nothing readable
+        /// that its sealed value should hold. An event whose `target` is not
+        /// NULL beside a sealed value is sealed again, its target with it.
+        func sealsWholeRow(_ statement: Statement) -> Bool {
+            switch self {
+            case .events, .deadLetters: statement.isNull(at: 2)
+            case .identities, .contexts: true
+            }
+        }
+
         var update: String {
             switch self {
-            case .events: "UPDATE events SET parameters = 'null', sealed = ? WHERE seq = ?"
-            case .deadLetters: "UPDATE dead_letters SET parameters = 'null', sealed = ? WHERE seq = ?"
+            case .events: "UPDATE events SET parameters = 'null', target = NULL, sealed = ? WHERE seq = ?"
+            case .deadLetters: "UPDATE dead_letters SET parameters = 'null', target = NULL, sealed = ? WHERE seq = ?"
             case .identities: "UPDATE identities SET user_id = NULL, traits = 'null', sealed = ? WHERE id = ?"
             case .contexts: "UPDATE contexts SET context = 'null', sealed = ? WHERE id = ?"
             }
@@ -62,7 +73,8 @@ extension Connection {
                     let row = statement.int64(at: 0)
                     chunk.last = row
                     let old = statement.blob(at: 4)
-                    if let old, RowSealer.keyID(of: old) == current { continue }
+                    // Sealed with the current key, nothing readable beside it.
+                    if let old, RowSealer.keyID(of: old) == current, table.sealsWholeRow(statement) { continue }
                     guard let value = try reseal(table, statement, row: row, old: old) else {
                         closed.append(row)
                         continue
@@ -98,10 +110,12 @@ extension Connection {
         switch table {
         case .events, .deadLetters:
             let id = statement.string(at: 1)
-            guard let json = openParameters(readable: statement.string(at: 3), sealed: old, eventID: id) else {
-                return nil
-            }
-            return try sealParameters(json, eventID: id)
+            guard
+                let event = openEvent(
+                    readable: statement.string(at: 3), target: statement.optionalString(at: 2), sealed: old,
+                    eventID: id)
+            else { return nil }
+            return try sealEvent(event.parametersJSON, target: event.target, eventID: id)
         case .identities:
             var person = (userID: statement.optionalString(at: 2), traitsJSON: statement.string(at: 3))
             if let old {

@@ -8,31 +8,38 @@ extension Connection {
     /// ``sealedJSON`` as static bytes, which the writer binds without a copy.
     package static let sealedJSONBytes: StaticString = "null"
 
-    /// `json` sealed for the event `eventID`, or nil without a sealer.
-    package func sealParameters(_ json: String, eventID: String) throws -> [UInt8]? {
+    /// An event's parameters (`json`) and target sealed for the event
+    /// `eventID` as one value (``SealedEventValue``), or nil without a
+    /// sealer. Where it is stored, `parameters` holds JSON `null` and
+    /// `target` NULL.
+    package func sealEvent(_ json: String, target: String?, eventID: String) throws -> [UInt8]? {
         guard let sealing else { return nil }
         return try withUTF8Bytes(of: json) { json in
             try withUTF8Bytes(of: eventID) { id in
-                Array(try sealing.seal(UnsafeRawBufferPointer(json), for: .event(UnsafeRawBufferPointer(id))))
+                let event = SealedRow.event(UnsafeRawBufferPointer(id))
+                guard let target else { return Array(try sealing.seal(UnsafeRawBufferPointer(json), for: event)) }
+                let plain = SealedEventValue.joining(target: target, parameters: UnsafeRawBufferPointer(json))
+                return try plain.withUnsafeBytes { Array(try sealing.seal($0, for: event)) }
             }
         }
     }
 
-    /// The parameters of the event `eventID`: `readable` when `sealed` is
-    /// nil, else `sealed` opened. Nil when it will not open.
-    package func openParameters(readable: String, sealed: UnsafeRawBufferPointer?, eventID: String) -> String? {
-        guard let sealed else { return readable }
-        guard let sealing else { return nil }
-        return withUTF8Bytes(of: eventID) { id in
-            // Opened straight into the string's storage.
-            var opened = false
-            let json = String(unsafeUninitializedCapacity: RowSealer.plaintextCount(of: sealed)) { buffer in
-                let count = sealing.open(
-                    sealed, for: .event(UnsafeRawBufferPointer(id)), into: UnsafeMutableRawBufferPointer(buffer))
-                opened = count != nil
-                return count ?? 0
-            }
-            return opened ? json : nil
+    /// The parameters and target of the event `eventID`: `readable` and
+    /// `readableTarget` when `sealed` is nil, else opened from `sealed`.
+    /// Nil when it will not open.
+    package func openEvent(
+        readable: String, target readableTarget: String?, sealed: UnsafeRawBufferPointer?, eventID: String
+    )
+        -> (parametersJSON: String, target: String?)?
+    {
+        guard let sealed else { return (readable, readableTarget) }
+        guard let sealing,
+            let plain = withUTF8Bytes(of: eventID, { sealing.open(sealed, for: .event(UnsafeRawBufferPointer($0))) })
+        else { return nil }
+        return plain.withUnsafeBytes { plain in
+            guard let parts = SealedEventValue.split(plain) else { return nil }
+            let target = parts.target.map { String(decoding: plain[$0], as: UTF8.self) }
+            return (String(decoding: plain[parts.parameters], as: UTF8.self), target ?? readableTarget)
         }
     }
 

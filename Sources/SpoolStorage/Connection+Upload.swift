@@ -6,16 +6,17 @@ extension StoredEvent {
     init?(_ statement: Statement, on connection: Connection) {
         let id = statement.string(at: 1)
         guard
-            let parameters = connection.openParameters(
-                readable: statement.string(at: 3), sealed: statement.blob(at: 16), eventID: id)
+            let opened = connection.openEvent(
+                readable: statement.string(at: 3), target: statement.optionalString(at: 9),
+                sealed: statement.blob(at: 16), eventID: id)
         else { return nil }
         self.init(
             seq: statement.int64(at: 0), id: id, name: statement.string(at: 2),
-            parametersJSON: parameters, recordedAt: statement.double(at: 4),
+            parametersJSON: opened.parametersJSON, recordedAt: statement.double(at: 4),
             sessionID: statement.optionalString(at: 5), priority: statement.int64(at: 6) != 0,
             uploaderOnly: statement.int64(at: 7) != 0)
         type = statement.string(at: 8)
-        target = statement.optionalString(at: 9)
+        target = opened.target
         contextID = statement.isNull(at: 10) ? nil : statement.int64(at: 10)
         if !statement.isNull(at: 11) {
             let row = statement.int64(at: 11)
@@ -193,15 +194,16 @@ extension Connection {
                     // One whose parameters still will not open stays a dead
                     // letter: it is never sent as garbage.
                     guard
-                        let parameters = openParameters(
-                            readable: statement.string(at: 3), sealed: statement.blob(at: 10), eventID: id)
+                        let opened = openEvent(
+                            readable: statement.string(at: 3), target: statement.optionalString(at: 7),
+                            sealed: statement.blob(at: 10), eventID: id)
                     else { continue }
                     var row = StoredEvent(
                         seq: statement.int64(at: 0), id: id, name: statement.string(at: 2),
-                        parametersJSON: parameters, recordedAt: statement.double(at: 4),
+                        parametersJSON: opened.parametersJSON, recordedAt: statement.double(at: 4),
                         sessionID: statement.optionalString(at: 5), priority: false)
                     row.type = statement.string(at: 6)
-                    row.target = statement.optionalString(at: 7)
+                    row.target = opened.target
                     row.identityID = statement.isNull(at: 8) ? nil : statement.int64(at: 8)
                     row.contextID = statement.isNull(at: 9) ? nil : statement.int64(at: 9)
                     rows.append(row)
@@ -224,13 +226,13 @@ extension Connection {
                     try statement.bind(head, at: 1)
                     try statement.bind(row.id, at: 2)
                     try statement.bind(row.name, at: 3)
-                    let sealed = try sealParameters(row.parametersJSON, eventID: row.id)
+                    let sealed = try sealEvent(row.parametersJSON, target: row.target, eventID: row.id)
                     try statement.bind(sealed == nil ? row.parametersJSON : Self.sealedJSON, at: 4)
                     try statement.bindBlob(sealed, at: 12)
                     try statement.bind(row.recordedAt, at: 5)
                     try statement.bind(row.sessionID, at: 6)
                     try statement.bind(row.type, at: 8)
-                    try statement.bind(row.target, at: 9)
+                    try statement.bind(sealed == nil ? row.target : nil, at: 9)
                     try statement.bind(row.identityID, at: 10)
                     try statement.bind(row.contextID, at: 11)
                     try statement.step()

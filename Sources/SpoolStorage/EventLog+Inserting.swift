@@ -12,8 +12,9 @@ extension EventLog.Pending {
     /// would run on a copy of it (a retain and release of each of its
     /// strings and its stamps).
     ///
-    /// With `sealed` (its parameters, sealed by ``seal(_:count:in:ranges:)``),
-    /// `parameters` holds JSON `null`.
+    /// With `sealed` (its parameters and target, sealed by
+    /// ``seal(_:count:in:ranges:)``), `parameters` holds JSON `null` (and
+    /// the caller binds the target NULL).
     static func insert(
         _ pending: UnsafePointer<Self>, as seq: Int64, with insert: Statement, sealed: UnsafeRawBufferPointer?
     ) throws {
@@ -63,9 +64,9 @@ extension EventLog.Pending {
     /// the run's buffer stays small.
     static let sealedRun = 64
 
-    /// Seals the parameters of the `count` events from `pending`, each for
-    /// its id, as a new run of `sealing`'s, and sets `ranges` to where
-    /// each sits in it.
+    /// Seals the parameters (and target, ``SealedEventValue``) of the
+    /// `count` events from `pending`, each for its id, as a new run of
+    /// `sealing`'s, and sets `ranges` to where each sits in it.
     static func seal(
         _ pending: UnsafePointer<Self>, count: Int, in sealing: SealingSession, ranges: inout [Range<Int>]
     ) throws {
@@ -76,7 +77,13 @@ extension EventLog.Pending {
                 milliseconds: event.pointee.milliseconds, random: event.pointee.random.high, event.pointee.random.low
             ) { id in
                 try withUTF8Bytes(of: event.pointee.record.parametersJSON) { json in
-                    ranges.append(try sealing.sealInRun(UnsafeRawBufferPointer(json), for: .event(id)))
+                    guard let target = event.pointee.record.target else {
+                        ranges.append(try sealing.sealInRun(UnsafeRawBufferPointer(json), for: .event(id)))
+                        return
+                    }
+                    // A group's or an alias's target is sealed with its parameters.
+                    let plain = SealedEventValue.joining(target: target, parameters: UnsafeRawBufferPointer(json))
+                    ranges.append(try plain.withUnsafeBytes { try sealing.sealInRun($0, for: .event(id)) })
                 }
             }
         }

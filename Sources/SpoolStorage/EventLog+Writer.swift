@@ -202,7 +202,11 @@ extension EventLog {
                             group.baseAddress! + offset, count: sealedRun.count, in: sealing, ranges: &sealed)
                     }
                     seq += 1
-                    let message = (type: group[offset].record.type, target: group[offset].record.target)
+                    // A sealed row's target is in its sealed value.
+                    let message = (
+                        type: group[offset].record.type,
+                        target: connection.sealing == nil ? group[offset].record.target : nil
+                    )
                     if boundMessage.map({ $0.type != message.type || $0.target != message.target }) ?? true {
                         try insert.bind(message.type, at: 9)
                         try insert.bind(message.target, at: 10)

@@ -32,7 +32,7 @@ struct OpenedEventRows {
         var traits: Range<Int>?
         var context: Range<Int>?
         var launch: (id: Int64, milliseconds: Int64)?
-        /// The sealed parameters, opened into `parameters`.
+        /// The sealed parameters (and target), opened into `parameters`.
         var sealed: Range<Int>?
         /// False once one of its sealed values would not open.
         var opens = true
@@ -161,19 +161,26 @@ struct OpenedEventRows {
         rows.append(row)
     }
 
-    /// Opens the chunk's sealed parameters, one after another, each into
-    /// the room its row set aside.
+    /// Opens the chunk's sealed parameters (and targets,
+    /// ``SealedEventValue``), one after another, each into the room its row
+    /// set aside.
     private mutating func openParameters() {
         for index in rows.indices where rows[index].opens {
             guard let sealed = rows[index].sealed else { continue }
             let room = rows[index].parameters
-            let count = sealing.openInRun(
-                bytes[sealed], for: .event(bytes[rows[index].id]), into: bytes.mutable(room))
-            if let count {
-                rows[index].parameters = room.lowerBound..<(room.lowerBound + count)
-            } else {
+            guard
+                let count = sealing.openInRun(
+                    bytes[sealed], for: .event(bytes[rows[index].id]), into: bytes.mutable(room)),
+                let parts = SealedEventValue.split(bytes[room.lowerBound..<(room.lowerBound + count)])
+            else {
                 rows[index].opens = false
+                continue
             }
+            let shift = { (part: Range<Int>) in
+                (room.lowerBound + part.lowerBound)..<(room.lowerBound + part.upperBound)
+            }
+            rows[index].parameters = shift(parts.parameters)
+            if let target = parts.target { rows[index].target = shift(target) }
         }
     }
 

@@ -70,6 +70,7 @@ struct EncryptionKeyTests {
         let plain = try await startedEngine(directory)
         try plain.identify(userId: "user-\(marker)")
         for index in 0..<50 { try plain.record("plain", parameters: ["note": .string("\(marker)-\(index)")]) }
+        try plain.group("group-\(marker)")
         try await plain.settle()
         await plain.close()
         #expect(EncryptionTests.found(marker, directory.databaseURL) > 0)
@@ -78,14 +79,72 @@ struct EncryptionKeyTests {
             $0.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
         }
         let report = try await sealed.reencryptAll()
-        #expect(report.resealed >= 51)
+        #expect(report.resealed >= 52)
         let stored = try await sealed.query { try $0.readEvents(after: 0, limit: .max, now: 0) }
         #expect(stored.filter { $0.name == "plain" }.count == 50)
         #expect(stored.contains { $0.parametersJSON.contains("\(marker)-49") }, "still readable through the engine")
+        #expect(stored.contains { $0.type == "group" && $0.target == "group-\(marker)" }, "the group's id too")
         await sealed.close()
         #expect(
             EncryptionTests.found(marker, directory.databaseURL) == 0,
             "\(PrivacyTests.occurrences(of: marker, besides: directory.databaseURL))")
+    }
+
+    @Test(
+        "P10: a group's id stays sealed as a dead letter and when requeued; reencryptAll seals a target left readable beside a sealed value"
+    )
+    func sealedTargets() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let marker = "TARGETMARK\(UInt32.random(in: 1_000_000...9_999_999))"
+        var configuration = uploadingConfiguration(
+            directory, collector: collector, batchSize: 100, timerInterval: 3_600,
+            request: UploadRequestOptions(compression: .identity))
+        configuration.encryption = .aesGCM(keyProvider: try TestKeys("k1"))
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        guard case .recorded(let group) = try engine.group("group-\(marker)") else {
+            Issue.record("the group was not recorded")
+            return
+        }
+        let carrier = try recordEvents(engine, 3, prefix: "carrier")
+        try await engine.settle()
+        try await collector.control(["reject_ids": [group]])
+        try await engine.flush()
+        #expect(try await engine.query { try $0.deadLetterCount() } == 1)
+        try await collector.control(["reject_ids": [String]()])
+        let database = directory.defaultDataStoreURL
+        let row = try DamagedFiles.cli(database.path, "SELECT type, quote(target), typeof(sealed) FROM dead_letters")
+        #expect(row == "group|NULL|blob", "the dead letter's target is sealed")
+
+        // Nothing goes out until the end: the rows stay in the file.
+        try await engine.pauseUploads()
+        #expect(try await engine.requeueDeadLetters(.all) == 1)
+        // A target readable beside a sealed value (written by hand here).
+        _ = try recordEvents(engine, 1, prefix: "readable-")
+        try await engine.settle()
+        await engine.close()
+        _ = try DamagedFiles.cli(
+            database.path, "UPDATE events SET target = 'readable-\(marker)' WHERE name = 'readable-0'")
+        #expect(EncryptionTests.found(marker, database) > 0, "the control: the hand-written target")
+
+        let reopened = EventEngine(configuration: configuration)
+        try await reopened.start()
+        _ = try await reopened.reencryptAll()
+        let moved = try DamagedFiles.cli(database.path, "SELECT quote(target) FROM events WHERE name = 'readable-0'")
+        #expect(moved == "NULL", "the readable target is sealed with the parameters")
+        let stored = try await reopened.query { try $0.readEvents(after: 0, limit: .max, now: 0) }
+        #expect(stored.first { $0.id == group }?.target == "group-\(marker)", "requeued, sealed again")
+        #expect(stored.first { $0.name == "readable-0" }?.target == "readable-\(marker)", "moved into the value")
+        try await reopened.resumeUploads()
+        try await reopened.flush()
+        let bodies = collector.requests().map { String(decoding: $0.rawBody, as: UTF8.self) }.joined()
+        #expect(bodies.contains(#""target":"group-\#(marker)""#), "the collector gets the requeued group's id")
+        #expect(Set(collector.acceptedIDs()).isSuperset(of: carrier + [group]))
+        await reopened.close()
+        #expect(
+            EncryptionTests.found(marker, database) == 0,
+            "\(PrivacyTests.occurrences(of: marker, besides: database))")
     }
 
     @Test(

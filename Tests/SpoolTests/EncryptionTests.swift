@@ -113,7 +113,7 @@ struct EncryptionTests {
     }
 
     @Test(
-        "P10: with encryption, a marker in parameters, user id, traits and context is in no byte of the db, -wal or -shm, while listeners and the collector get it; without, it is there"
+        "P10: with encryption, a marker in parameters, targets, user id, traits and context is in no byte of the db, -wal or -shm, while listeners and the collector get it; without, it is there"
     )
     func markerScan() async throws {
         for encrypted in [true, false] {
@@ -131,6 +131,9 @@ struct EncryptionTests {
             try engine.identify(userId: "user-\(marker)", traits: ["email": .string("\(marker)@example.com")])
             try engine.setContext(EventContext(custom: ["note": .string("context-\(marker)")]))
             for index in 0..<20 { try engine.record("secret", parameters: ["note": .string("\(marker)-\(index)")]) }
+            // Targets: a group's id, and an alias's previous id (the user above).
+            try engine.group("group-\(marker)")
+            try engine.alias("aliased-user")
             try await engine.settle()
             let database = directory.defaultDataStoreURL
             if encrypted {
@@ -138,12 +141,19 @@ struct EncryptionTests {
                 let sqlite3 = try DamagedFiles.cli(
                     database.path, "SELECT name, parameters, typeof(sealed) FROM events WHERE name = 'secret' LIMIT 1")
                 #expect(sqlite3 == "secret|null|blob", "names readable, parameters sealed")
+                let targets = try DamagedFiles.cli(
+                    database.path,
+                    "SELECT type, quote(target), typeof(sealed) FROM events WHERE type IN ('group', 'alias')")
+                #expect(targets == "group|NULL|blob\nalias|NULL|blob", "types readable, targets sealed")
             } else {
                 #expect(Self.found(marker, database) > 0, "the control: readable without encryption")
             }
             try await engine.flush()
             let bodies = collector.requests().map { String(decoding: $0.rawBody, as: UTF8.self) }.joined()
-            let expected = ["\(marker)-19", "user-\(marker)", "\(marker)@example.com", "context-\(marker)"]
+            let expected = [
+                "\(marker)-19", "user-\(marker)", "\(marker)@example.com", "context-\(marker)",
+                #""target":"group-\#(marker)""#, #""target":"user-\#(marker)""#,
+            ]
             let missing = expected.filter { !bodies.contains($0) }
             #expect(missing.isEmpty, "the collector lacks \(missing)")
             try await waitUntil { heard.withLock { $0.count } == 20 }

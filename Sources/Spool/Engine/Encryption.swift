@@ -4,8 +4,9 @@ import SpoolStorage
 /// Encryption at rest: the personal values of each row sealed with
 /// AES-256-GCM under a key the app provides.
 ///
-/// Sealed: events' and dead letters' parameters, each identity's user id
-/// and traits, each context. Readable: ids, names, types, times, positions
+/// Sealed: events' and dead letters' parameters and targets (a group's id,
+/// an alias's previous user id), each identity's user id and traits, each
+/// context. Readable: ids, names, types, times, positions
 /// and the history's counts, so survey rules, the queue's bounds and
 /// `sqlite3` keep working (docs/SCHEMA.md shows what an inspector sees).
 /// Each value is sealed with a fresh 96-bit nonce, names its key's id, and
