@@ -248,6 +248,54 @@ struct IdentityTests {
         await engine.close()
     }
 
+    @Test(
+        "I3: with setContext on one thread and record on several, no event carries an older context than one before it"
+    )
+    func contextNeverStepsBack() async throws {
+        let directory = TemporaryDirectory()
+        let engine = try await startedEngine(directory)
+        let recorders = 4
+        let events = 3_000
+        let done = Protected(0)
+        // Threads, not tasks: the cooperative pool runs as many tasks at once
+        // as there are cores.
+        let finished = DispatchGroup()
+        finished.enter()
+        Thread.detachNewThread {
+            // Raises `v` until the recorders are done (a bounded loop).
+            for value in 1...1_000_000 where done.withLock({ $0 }) < recorders {
+                try? engine.setContext(EventContext(custom: ["v": .int(value)]))  // a valid context: never throws
+            }
+            finished.leave()
+        }
+        for recorder in 0..<recorders {
+            finished.enter()
+            Thread.detachNewThread {
+                for index in 0..<events { _ = try? engine.record("r\(recorder)", parameters: ["i": .int(index)]) }
+                done.withLock { $0 += 1 }
+                finished.leave()
+            }
+        }
+        await withCheckedContinuation { continuation in finished.notify(queue: .global()) { continuation.resume() } }
+        try await engine.settle()
+        let values = try await engine.query { connection in
+            try connection.withStatement(
+                """
+                SELECT json_extract(c.context, '$.v') FROM events AS e JOIN contexts AS c ON c.id = e.context_id \
+                WHERE e.name LIKE 'r%' ORDER BY e.seq
+                """
+            ) { statement in
+                var values: [Int64] = []
+                while try statement.step() { values.append(statement.int64(at: 0)) }
+                return values
+            }
+        }
+        #expect(values.count > recorders * events / 2, "most events were recorded with a context")
+        let backwards = zip(values, values.dropFirst()).filter { $0.1 < $0.0 }.count
+        #expect(backwards == 0, "\(backwards) events in log order carry an older context than the one before")
+        await engine.close()
+    }
+
     @Test("I3: a commit that rolls back forgets the rows it wrote: its events keep their own context when retried")
     func rolledBackCommitForgetsItsRows() async throws {
         let directory = TemporaryDirectory()

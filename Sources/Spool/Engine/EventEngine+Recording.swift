@@ -143,18 +143,21 @@ extension EventEngine {
         let json = try EventEncoder.encode(message.parameters)
         let priority =
             priorityNameLengths & 1 << (name.utf8.count & 63) != 0 && configuration.priorityEventNames.contains(name)
-        let stamps = identities.current
         // Moved, not copied, into the buffer or the waiting queue.
         var record: EventRecord? = EventRecord(
             name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
             addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
-            type: message.type.rawValue, target: message.target, stamps: stamps)
+            type: message.type.rawValue, target: message.target)
         let bytes = record?.bufferedBytes ?? 0
         // 2. Gates and the append, under one lock so events waiting for a
         // session are always appended before later ones. When the write
         // buffer is full, wait for the writer outside the lock and try again.
         while true {
             let accepted = try state.withLock { state in
+                // The identity and context in force, read in the lock that
+                // orders the appends: an event never carries an older one
+                // than an event before it in the log.
+                record?.stamps = identities.current
                 // The values a registered survey's filters read, kept with
                 // the event's occurrence in the history.
                 if !state.keptProperties.byName.isEmpty, record?.addsToHistory == true,
