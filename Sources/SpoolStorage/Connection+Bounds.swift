@@ -6,7 +6,7 @@ import Foundation
 package struct QueueBounds: Sendable, Hashable {
     /// The most events.
     package var count: Int?
-    /// The most bytes of names and parameters (UTF-8).
+    /// The most bytes of names, parameters and targets (UTF-8).
     package var bytes: Int?
     /// The oldest an event may be, in seconds since it was recorded.
     package var age: TimeInterval?
@@ -40,10 +40,11 @@ package struct QueueDrops: Sendable, Hashable {
 }
 
 extension Connection {
-    /// What one event counts for against the byte bound: its name and
-    /// parameters, UTF-8.
-    package static func boundBytes(name: String, parametersJSON: String) -> Int {
-        name.utf8.count + parametersJSON.utf8.count
+    /// What one event counts for against the byte bound: its name,
+    /// parameters and target (a group's id, an alias's previous user id),
+    /// UTF-8.
+    package static func boundBytes(name: String, parametersJSON: String, target: String?) -> Int {
+        name.utf8.count + parametersJSON.utf8.count + (target?.utf8.count ?? 0)
     }
 
     /// The bytes of every event ever appended (`log_head.bytes_total`).

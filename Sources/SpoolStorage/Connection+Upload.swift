@@ -222,7 +222,8 @@ extension Connection {
                 for row in rows {
                     head += 1
                     try statement.bind(bytesTotal, at: 7)
-                    bytesTotal += Int64(Self.boundBytes(name: row.name, parametersJSON: row.parametersJSON))
+                    bytesTotal += Int64(
+                        Self.boundBytes(name: row.name, parametersJSON: row.parametersJSON, target: row.target))
                     try statement.bind(head, at: 1)
                     try statement.bind(row.id, at: 2)
                     try statement.bind(row.name, at: 3)

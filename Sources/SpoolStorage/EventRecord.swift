@@ -108,7 +108,7 @@ package struct EventRecord: Sendable {
     /// bytes: its place in the buffer and the string headers).
     package var bufferedBytes: Int { name.utf8.count + parametersJSON.utf8.count + 100 }
     /// What it counts for against the queue's byte bound.
-    var boundBytes: Int { Connection.boundBytes(name: name, parametersJSON: parametersJSON) }
+    var boundBytes: Int { Connection.boundBytes(name: name, parametersJSON: parametersJSON, target: target) }
 }
 
 /// A receipt for one append: its place in the acceptance order and its id.

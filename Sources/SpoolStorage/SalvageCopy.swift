@@ -81,10 +81,14 @@ struct SalvageCopy {
         try batched { row in try moveEvents(base: head - Int64(recoveredEvents), row: row) }
         try fresh.transaction {
             // What the byte bound counts (migration 0007): the bytes before
-            // each recovered event, and the bytes of them all. Sealed
-            // parameters count as their ciphertext with its key id (the
-            // value less its fixed 30 bytes of format, nonce and tag).
-            let bytes = "length(CAST(name AS BLOB)) + coalesce(length(sealed) - 30, length(CAST(parameters AS BLOB)))"
+            // each recovered event, and the bytes of them all: its name,
+            // parameters and target. A sealed value counts as its ciphertext
+            // with its key id (the value less its fixed 30 bytes of format,
+            // nonce and tag), which holds the target too.
+            let bytes = """
+                length(CAST(name AS BLOB)) + coalesce(length(sealed) - 30, \
+                length(CAST(parameters AS BLOB)) + coalesce(length(CAST(target AS BLOB)), 0))
+                """
             try fresh.execute(
                 """
                 UPDATE events SET bytes_before = running.before \

@@ -79,6 +79,37 @@ struct QueueBoundsTests {
         await engine.close()
     }
 
+    @Test("D4: a group's id counts against the byte bound, the same after a salvage, with and without encryption")
+    func targetsCountAndSalvageAgrees() async throws {
+        for encrypted in [false, true] {
+            let directory = TemporaryDirectory()
+            func configure(_ configuration: inout EngineConfiguration) {
+                // try!: a fixed, valid key.
+                if encrypted { configuration.encryption = .aesGCM(keyProvider: try! TestKeys("k1")) }
+            }
+            let engine = try await startedEngine(directory, configure: configure)
+            let target = String(repeating: "G", count: 100_000)
+            try engine.group(target)
+            _ = try recordEvents(engine, 3)
+            try await engine.settle()
+            await engine.close()
+            let path = directory.databaseURL.path
+            let queued = "SELECT bytes_total - (SELECT min(bytes_before) FROM events) FROM log_head"
+            let before = try #require(Int(try DamagedFiles.cli(path, queued)))
+            #expect(before > target.utf8.count, "encrypted \(encrypted): the target counts (\(before) bytes)")
+            // The head below the rows: the next start salvages the file.
+            _ = try DamagedFiles.cli(path, "UPDATE log_head SET last_seq = 1")
+            let salvaged = try await startedEngine(directory, configure: configure)
+            #expect(salvaged.salvageReport != nil)
+            await salvaged.close()
+            let after = try #require(Int(try DamagedFiles.cli(path, queued)))
+            // The salvaged start's session_start, and a sealed value's key id
+            // and target header, besides.
+            #expect(
+                abs(after - before) < 100, "encrypted \(encrypted): \(before) bytes before the salvage, \(after) after")
+        }
+    }
+
     @Test("D4: the count bound's drops are counted apart from the others")
     func theCountBoundIsCountedApart() async throws {
         let directory = TemporaryDirectory()

@@ -65,8 +65,8 @@ public struct EngineConfiguration: Sendable {
     /// Default 10,000. Events recorded before a session starts wait in memory
     /// under the same bound (10,000 when it is `nil`).
     public var maximumRetainedEvents: Int?
-    /// The most bytes the log's queued events may take (their names and
-    /// parameters, UTF-8). Past it the oldest give way, as with
+    /// The most bytes the log's queued events may take (their names,
+    /// parameters and targets, UTF-8). Past it the oldest give way, as with
     /// ``maximumRetainedEvents``, counted per consumer and in
     /// ``UploadStatistics/droppedOverBytes``. `nil`: no byte bound. Default
     /// 50 MB. Applies when uploading too.
