@@ -24,6 +24,21 @@ extension Connection {
             }
         }
 
+        /// An event's rows whose target is readable beside a sealed value,
+        /// in `select`'s columns.
+        var selectReadableTargets: String? {
+            switch self {
+            case .events:
+                "SELECT seq, id, target, parameters, sealed FROM events WHERE target IS NOT NULL AND sealed IS NOT NULL"
+            case .deadLetters:
+                """
+                SELECT seq, id, target, parameters, sealed FROM dead_letters \
+                WHERE target IS NOT NULL AND sealed IS NOT NULL
+                """
+            case .identities, .contexts: nil
+            }
+        }
+
         /// Whether the sealed row `select` stands on has nothing readable
         /// that its sealed value should hold. An event whose `target` is not
         /// NULL beside a sealed value is sealed again, its target with it.
@@ -98,6 +113,60 @@ extension Connection {
                 sealer.reportUndecryptable(closed.count)
             }
             return chunk
+        }
+    }
+
+    /// Notes (`sealed_targets_pending`) when a row holds its target readable
+    /// beside a sealed value (sealed before migration 0016, copied by a
+    /// salvage): the next start with encryption seals it.
+    package func notePendingTargets() throws {
+        try execute(
+            """
+            INSERT OR IGNORE INTO sealed_targets_pending (id) \
+            SELECT 1 WHERE EXISTS (SELECT 1 FROM events WHERE target IS NOT NULL AND sealed IS NOT NULL) \
+            OR EXISTS (SELECT 1 FROM dead_letters WHERE target IS NOT NULL AND sealed IS NOT NULL)
+            """)
+    }
+
+    /// Seals each target still readable beside a sealed value with the
+    /// value's parameters, when migration 0016 noted that some may be
+    /// (`sealed_targets_pending`), in one transaction with SQLite's secure
+    /// delete on; then deletes the note. A value that will not open keeps
+    /// its target: its event is set aside, still sealed, when it is read.
+    ///
+    /// - Returns: how many targets were sealed.
+    @discardableResult
+    package func sealPendingTargets() throws -> Int {
+        guard sealer?.currentKeyID != nil, try scalarInt("SELECT count(*) FROM sealed_targets_pending") > 0 else {
+            return 0
+        }
+        try execute("PRAGMA secure_delete = ON")
+        defer { try? execute(Self.routineSecureDelete) }  // try?: left on, deletes only cost more; nothing is lost
+        return try transaction {
+            var count = 0
+            for table in ResealedTable.allCases {
+                guard let select = table.selectReadableTargets else { continue }
+                var sealed: [(row: Int64, value: [UInt8])] = []
+                try withStatement(select) { statement in
+                    while try statement.step() {
+                        let row = statement.int64(at: 0)
+                        if let value = try reseal(table, statement, row: row, old: statement.blob(at: 4)) {
+                            sealed.append((row, value))
+                        }
+                    }
+                }
+                try withStatement(table.update) { update in
+                    for (row, value) in sealed {
+                        try update.bindBlob(value, at: 1)
+                        try update.bind(row, at: 2)
+                        try update.step()
+                        update.resetKeepingBindings()
+                    }
+                }
+                count += sealed.count
+            }
+            try execute("DELETE FROM sealed_targets_pending")
+            return count
         }
     }
 

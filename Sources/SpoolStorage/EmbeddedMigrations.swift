@@ -692,10 +692,19 @@ CREATE TABLE upload_batch_bounds (
 -- `dead_letters.sealed`, and the readable `target` column holds NULL. The
 -- sealed value's plaintext is then a zero byte, the target's length in
 -- bytes (4 bytes, big-endian), its UTF-8 bytes and the parameters' JSON;
--- for an event without a target it is the parameters' JSON alone. No table
--- changes: this step marks files whose sealed values may hold targets,
--- which a library that knows only the steps before it refuses to open.
-SELECT 1;
+-- for an event without a target it is the parameters' JSON alone. A library
+-- that knows only the steps before this one refuses such files.
+--
+-- sealed_targets_pending: one row while rows sealed before this step may
+-- hold their target readable beside the sealed value. The next start with
+-- encryption seals those targets with their parameters and deletes the row.
+CREATE TABLE sealed_targets_pending (
+    id INTEGER PRIMARY KEY CHECK (id = 1)
+) STRICT;
+
+INSERT INTO sealed_targets_pending (id)
+SELECT 1 WHERE EXISTS (SELECT 1 FROM events WHERE target IS NOT NULL AND sealed IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM dead_letters WHERE target IS NOT NULL AND sealed IS NOT NULL);
 
 """####
         ),

@@ -97,6 +97,7 @@ struct SalvageCopy {
                 FROM events) AS running WHERE running.seq = events.seq;
                 UPDATE log_head SET bytes_total = (SELECT coalesce(sum(\(bytes)), 0) FROM events)
                 """)
+            try fresh.notePendingTargets()
             // The erasure count (migration 0009), which other processes
             // compare with the one they know: unread, they see it move on.
             let erasures = reader.integer("SELECT erasures FROM log_head WHERE id = 1") ?? 0

@@ -148,6 +148,68 @@ struct EncryptionKeyTests {
     }
 
     @Test(
+        "P10: targets readable beside sealed values (rows sealed before migration 0016) are sealed at the first start with encryption, also through a salvage, migrated or not",
+        arguments: ["", "UPDATE log_head SET last_seq = 1", "PRAGMA user_version = 99"])
+    func readableTargetsSealedAtStart(damage: String) async throws {
+        let directory = TemporaryDirectory()
+        let marker = "OLDTARGET\(UInt32.random(in: 1_000_000...9_999_999))"
+        func configure(_ configuration: inout EngineConfiguration) {
+            configuration.encryption = .aesGCM(keyProvider: try! TestKeys("k1"))  // try!: a fixed, valid key
+        }
+        let engine = try await startedEngine(directory, configure: configure)
+        for index in 0..<5 { try engine.group("group-\(index)-\(marker)") }
+        _ = try recordEvents(engine, 20)
+        try await engine.settle()
+        // The rows as a library without migration 0016 sealed them: the
+        // parameters alone sealed, the target readable.
+        try await engine.query { connection in
+            let rows = try connection.withStatement("SELECT seq, id, sealed FROM events WHERE type = 'group'") {
+                statement in
+                var rows: [(seq: Int64, id: String, json: String, target: String?)] = []
+                while try statement.step() {
+                    let id = statement.string(at: 1)
+                    let opened = try #require(
+                        connection.openEvent(readable: "null", target: nil, sealed: statement.blob(at: 2), eventID: id))
+                    rows.append((statement.int64(at: 0), id, opened.parametersJSON, opened.target))
+                }
+                return rows
+            }
+            for row in rows {
+                let sealed = try #require(try connection.sealEvent(row.json, target: nil, eventID: row.id))
+                try connection.withStatement("UPDATE events SET target = ?, sealed = ? WHERE seq = ?") { update in
+                    try update.bind(row.target, at: 1)
+                    try update.bindBlob(sealed, at: 2)
+                    try update.bind(row.seq, at: 3)
+                    try update.step()
+                }
+            }
+        }
+        await engine.close()
+        let path = directory.databaseURL.path
+        _ = try DamagedFiles.cli(
+            path,
+            "DROP TABLE sealed_targets_pending; DELETE FROM schema_migrations WHERE version = 16; "
+                + "PRAGMA user_version = 15; VACUUM")
+        // The head below the rows (migrated, then salvaged), or a newer
+        // schema (salvaged as it is): the next start salvages the file.
+        if !damage.isEmpty { _ = try DamagedFiles.cli(path, damage) }
+        #expect(EncryptionTests.found(marker, directory.databaseURL) > 0, "the control: readable targets")
+
+        let upgraded = try await startedEngine(directory, configure: configure)
+        #expect((upgraded.salvageReport != nil) == !damage.isEmpty)
+        let readable = try DamagedFiles.cli(path, "SELECT count(*) FROM events WHERE target IS NOT NULL")
+        #expect(readable == "0", "targets sealed at start")
+        #expect(try DamagedFiles.cli(path, "SELECT count(*) FROM sealed_targets_pending") == "0")
+        let stored = try await upgraded.query { try $0.readEvents(after: 0, limit: .max, now: 0) }
+        let targets = stored.filter { $0.type == "group" }.compactMap(\.target)
+        #expect(targets == (0..<5).map { "group-\($0)-\(marker)" }, "the targets open with their values")
+        await upgraded.close()
+        #expect(
+            EncryptionTests.found(marker, directory.databaseURL) == 0,
+            "\(PrivacyTests.occurrences(of: marker, besides: directory.databaseURL))")
+    }
+
+    @Test(
         "P12: reencryptAll leaves no byte of values deleted before it (free pages included), and routine deletes stay FAST"
     )
     func sealingLeavesNoDeletedValues() async throws {

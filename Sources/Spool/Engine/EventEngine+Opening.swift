@@ -153,6 +153,7 @@ extension EventEngine {
             let shape = try database.sync { connection in
                 if connection.sealer != nil {
                     try connection.noteSealing(now: database.clock.now)
+                    try connection.sealPendingTargets()
                 } else if try connection.holdsSealedRows() {
                     throw SpoolError.sealedRowsWithoutEncryption(path: path)
                 }
