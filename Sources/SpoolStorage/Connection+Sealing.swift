@@ -145,6 +145,22 @@ extension Connection {
         }
     }
 
+    /// Notes `id` as the key values are sealed with from now on, for every
+    /// process using the file (``RowSealer/follow(_:now:)``).
+    package func noteCurrentKey(_ id: String) throws {
+        try withStatement("UPDATE sealing SET key_id = ?") { statement in
+            try statement.bind(id, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// The key ``noteCurrentKey(_:)`` last noted, if any.
+    package func notedKeyID() throws -> String? {
+        try withStatement("SELECT key_id FROM sealing") { statement in
+            try statement.step() ? statement.optionalString(at: 0) : nil
+        }
+    }
+
     /// Whether any row holds a sealed value. Looked for only when an engine
     /// with encryption ever opened the file; the note goes once none is left.
     package func holdsSealedRows() throws -> Bool {

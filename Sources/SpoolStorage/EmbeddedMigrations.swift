@@ -698,6 +698,12 @@ CREATE TABLE upload_batch_bounds (
 -- sealed_targets_pending: one row while rows sealed before this step may
 -- hold their target readable beside the sealed value. The next start with
 -- encryption seals those targets with their parameters and deletes the row.
+--
+-- sealing.key_id: the key `reencryptAll()` made current, in any process
+-- (NULL before the first). An engine sealing with another key asks its key
+-- provider for the current key again at its next commit.
+ALTER TABLE sealing ADD COLUMN key_id TEXT;
+
 CREATE TABLE sealed_targets_pending (
     id INTEGER PRIMARY KEY CHECK (id = 1)
 ) STRICT;

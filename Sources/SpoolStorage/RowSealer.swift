@@ -92,6 +92,9 @@ package final class RowSealer: Sendable {
         /// Counts the reads of the current key: a session drops the keys
         /// it prepared when it changes.
         var generation = 0
+        /// The key another process noted that ``follow(_:now:)`` last asked
+        /// the provider for, and when.
+        var followed: (id: String, at: Double)?
     }
 
     let cipher: any SealingCipher
@@ -129,6 +132,24 @@ package final class RowSealer: Sendable {
             state.generation += 1
         }
         return material.id
+    }
+
+    /// When another process made `noted` the current key
+    /// (``Connection/noteCurrentKey(_:)``) and this sealer seals with
+    /// another, asks the provider for the current key again: once for each
+    /// key noted, then at most once a minute while the provider still gives
+    /// another (its copy of the key not yet updated). A provider that fails
+    /// leaves the current key as it is.
+    package func follow(_ noted: String?, now: Double) {
+        guard let noted, noted != currentKeyID else { return }
+        let ask = state.withLock { state in
+            guard state.followed?.id != noted || now - (state.followed?.at ?? 0) >= 60 else { return false }
+            state.followed = (noted, now)
+            return true
+        }
+        // try?: a provider that fails now is asked again a minute later;
+        // meanwhile values are sealed with the key in use.
+        if ask { _ = try? refreshCurrentKey() }
     }
 
     /// The id of the key new values are sealed with.

@@ -23,7 +23,12 @@ extension EventEngine {
     /// reason `undecryptable` (``SpoolDiagnostic/Kind/undecryptableRows``).
     ///
     /// To rotate: make ``EncryptionKeyProvider/currentKey()`` return the
-    /// new key, call this, and drop the old key once it returns.
+    /// new key, call this, and drop the old key once it returns. Other
+    /// processes using the file (app extensions) ask their provider for the
+    /// current key at their next commit after the call starts, so their
+    /// provider must return the new key by then too (a shared keychain
+    /// item); until it does, they seal with the key they have and ask again
+    /// a minute later.
     ///
     /// - Throws: ``SpoolError/notEncrypted`` without
     ///   ``EngineConfiguration/encryption``; ``SpoolError/notStarted``;
@@ -39,6 +44,9 @@ extension EventEngine {
         let counts = Protected((resealed: 0, undecryptable: 0))
         try await SpoolError.bridgingAsync {
             try await withDatabaseAwake {
+                // Other processes using the file seal with it from their next
+                // commit on (they ask their provider for the current key).
+                try await log.database.run { try $0.noteCurrentKey(keyID) }
                 for table in Connection.ResealedTable.allCases {
                     var after = Int64.min
                     while true {
