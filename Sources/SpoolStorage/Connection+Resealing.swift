@@ -97,14 +97,7 @@ extension Connection {
                     sealed.append((row, value))
                 }
             }
-            try withStatement(table.update) { update in
-                for (row, value) in sealed {
-                    try update.bindBlob(value, at: 1)
-                    try update.bind(row, at: 2)
-                    try update.step()
-                    update.resetKeepingBindings()
-                }
-            }
+            try store(sealed, in: table)
             chunk.resealed = sealed.count
             chunk.undecryptable = closed.count
             if table == .events {
@@ -155,18 +148,23 @@ extension Connection {
                         }
                     }
                 }
-                try withStatement(table.update) { update in
-                    for (row, value) in sealed {
-                        try update.bindBlob(value, at: 1)
-                        try update.bind(row, at: 2)
-                        try update.step()
-                        update.resetKeepingBindings()
-                    }
-                }
+                try store(sealed, in: table)
                 count += sealed.count
             }
             try execute("DELETE FROM sealed_targets_pending")
             return count
+        }
+    }
+
+    /// Writes each row's value sealed again (``ResealedTable/update``).
+    private func store(_ sealed: [(row: Int64, value: [UInt8])], in table: ResealedTable) throws {
+        try withStatement(table.update) { update in
+            for (row, value) in sealed {
+                try update.bindBlob(value, at: 1)
+                try update.bind(row, at: 2)
+                try update.step()
+                update.resetKeepingBindings()
+            }
         }
     }
 

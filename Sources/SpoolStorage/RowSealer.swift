@@ -147,8 +147,8 @@ package final class RowSealer: Sendable {
             state.followed = (noted, now)
             return true
         }
-        // try?: a provider that fails now is asked again a minute later;
-        // meanwhile values are sealed with the key in use.
+        // Meanwhile values are sealed with the key in use; so
+        // try?: a provider that fails now is asked again a minute later.
         if ask { _ = try? refreshCurrentKey() }
     }
 
