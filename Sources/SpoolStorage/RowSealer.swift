@@ -102,6 +102,7 @@ package final class RowSealer: Sendable {
     private let keyWithID: @Sendable (String) throws -> SealingKeyMaterial?
     private let state = Protected(State())
     private let undecryptable = Protected<(@Sendable (Int) -> Void)?>(nil)
+    private let notFollowed = Protected<(@Sendable (String) -> Void)?>(nil)
 
     package init(
         cipher: any SealingCipher, currentKey: @escaping @Sendable () throws -> SealingKeyMaterial,
@@ -147,9 +148,27 @@ package final class RowSealer: Sendable {
             state.followed = (noted, now)
             return true
         }
-        // Meanwhile values are sealed with the key in use; so
-        // try?: a provider that fails now is asked again a minute later.
-        if ask { _ = try? refreshCurrentKey() }
+        guard ask else { return }
+        // Meanwhile values are sealed with the key in use, and the handler
+        // hears why.
+        let problem: String
+        do {
+            let id = try refreshCurrentKey()
+            guard id != noted else { return }
+            problem = "the key provider gives key \(id) as current"
+        } catch {
+            problem = "the key provider failed: \(error)"
+        }
+        notFollowed.withLock { $0 }?(
+            "another process made key \(noted) current (reencryptAll), but \(problem); "
+                + "values are sealed with key \(currentKeyID ?? "none") until the provider gives \(noted) "
+                + "(asked again in a minute)")
+    }
+
+    /// Called with what happened each time ``follow(_:now:)`` asked the
+    /// provider for the key another process made current and did not get it.
+    package func onKeyNotFollowed(_ handler: @escaping @Sendable (String) -> Void) {
+        notFollowed.withLock { $0 = handler }
     }
 
     /// The id of the key new values are sealed with.

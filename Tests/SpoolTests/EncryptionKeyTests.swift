@@ -62,41 +62,6 @@ struct EncryptionKeyTests {
     }
 
     @Test(
-        "P12: after one engine's reencryptAll, another engine on the file seals with the new key from its next commit, so nothing is lost when the old key goes"
-    )
-    func rotationReachesAnotherEngine() async throws {
-        let directory = TemporaryDirectory()
-        let collector = try await TestCollector(directory)
-        let keys = try TestKeys("k1")  // one provider for both, as a shared keychain item
-        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 500)
-        configuration.encryption = .aesGCM(keyProvider: keys)
-        let app = EventEngine(configuration: configuration)
-        try await app.start()
-        var extensionConfiguration = EngineConfiguration(database: .file(directory.defaultDataStoreURL))
-        extensionConfiguration.encryption = .aesGCM(keyProvider: keys)
-        let appExtension = EventEngine(configuration: extensionConfiguration)
-        try await appExtension.start()
-        var ids = try recordEvents(appExtension, 3, prefix: "before")
-        try await appExtension.settle()
-
-        try keys.makeCurrent("k2")
-        _ = try await app.reencryptAll()
-        ids += try recordEvents(appExtension, 5, prefix: "after")
-        try await appExtension.settle()
-        #expect(Set(try await EncryptionTests.keyIDs(app, "events")) == ["k2"], "the extension seals with k2 too")
-        keys.forget("k1")
-        await appExtension.close()
-        await app.close()
-
-        let relaunched = EventEngine(configuration: configuration)
-        try await relaunched.start()
-        try await relaunched.flush()
-        #expect(Set(collector.acceptedIDs()).isSuperset(of: ids))
-        #expect(try await relaunched.query { try $0.deadLetterCount() } == 0, "none undecryptable")
-        await relaunched.close()
-    }
-
-    @Test(
         "P12: reencryptAll seals the values written before encryption was turned on, and leaves no byte of them in the db, -wal or -shm"
     )
     func sealingWhatWasReadable() async throws {

@@ -129,6 +129,11 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// An identity that would not open counts too (its events then
         /// carry its anonymous id alone).
         case undecryptableRows
+        /// Another process made a key current (``EventEngine/reencryptAll()``)
+        /// and this process's key provider did not give it, or failed: the
+        /// values this process seals need the key it still uses, which the
+        /// app must keep until this stops. Asked again a minute later.
+        case encryptionKeyNotFollowed
         /// An event waiting in memory for a session gave way to a newer one
         /// (what waits is bounded like the log; the oldest go first): it was
         /// never stored. ``DiagnosticCounts/events`` counts them since the

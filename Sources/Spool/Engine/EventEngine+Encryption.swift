@@ -27,8 +27,9 @@ extension EventEngine {
     /// processes using the file (app extensions) ask their provider for the
     /// current key at their next commit after the call starts, so their
     /// provider must return the new key by then too (a shared keychain
-    /// item); until it does, they seal with the key they have and ask again
-    /// a minute later.
+    /// item); until it does, they seal with the key they have, report a
+    /// ``SpoolDiagnostic/Kind/encryptionKeyNotFollowed`` diagnostic and ask
+    /// again a minute later.
     ///
     /// - Throws: ``SpoolError/notEncrypted`` without
     ///   ``EngineConfiguration/encryption``; ``SpoolError/notStarted``;

@@ -222,6 +222,7 @@ public final class EventEngine: Sendable {
                 .undecryptableRows, eventCount: count,
                 "\(count) sealed values would not open: their events moved to the dead letters (reason undecryptable)")
         }
+        sealer?.onKeyNotFollowed { problem in diagnostics.report(.encryptionKeyNotFollowed, problem) }
         uploadResultCenter = UploadResultCenter(handler: configuration.uploadResultHandler, queue: deliveryQueue)
         let policy: @Sendable () -> DeliveryQueue.DeliveryPolicy = {
             state.withLock { DeliveryQueue.DeliveryPolicy(consent: $0.consent, undelivered: $0.undelivered) }
