@@ -11,7 +11,7 @@ extension Connection {
         _ events: some Collection<StoredEvent>, status: Int?, reason: String, consumer: String, now: Double
     ) throws {
         guard let last = events.map(\.seq).max() else { return }
-        try transaction {
+        try sealingTransaction {
             try withStatement(
                 """
                 INSERT OR REPLACE INTO dead_letters \

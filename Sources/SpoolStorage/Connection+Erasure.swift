@@ -27,7 +27,7 @@ extension Connection {
             // if it fails; nothing is lost or kept.
             try? execute(Self.routineSecureDelete)
         }
-        return try transaction {
+        return try sealingTransaction {
             let head = try headPosition()
             try execute("DELETE FROM events")
             try execute("DELETE FROM event_history")

@@ -154,6 +154,30 @@ extension Connection {
         }
     }
 
+    /// A write transaction that may seal values. The sealer follows the key
+    /// another process made current (``RowSealer/follow(_:now:)``) before the
+    /// write lock is taken, so that a slow key provider holds up no other
+    /// process's commit, and again inside it, where a key noted in between
+    /// is seen (its provider then asked under the lock, as rarely as that).
+    package func sealingTransaction<T>(_ body: () throws -> T) throws -> T {
+        if !isInTransaction { try followNotedKey() }
+        return try transaction {
+            try followNotedKey()
+            return try body()
+        }
+    }
+
+    /// Lets the sealer follow the key noted in the file, once the file's
+    /// schema notes keys.
+    private func followNotedKey() throws {
+        guard let sealer else { return }
+        if !notesKeys {
+            notesKeys = try scalarInt("SELECT count(*) FROM pragma_table_info('sealing') WHERE name = 'key_id'") > 0
+            guard notesKeys else { return }
+        }
+        sealer.follow(try notedKeyID(), now: clock.now)
+    }
+
     /// The key ``noteCurrentKey(_:)`` last noted, if any.
     package func notedKeyID() throws -> String? {
         try withStatement("SELECT key_id FROM sealing") { statement in

@@ -160,7 +160,7 @@ extension Connection {
     package func requeueDeadLetters(status: Int?, reasonContaining: String?, maximumRetained: Int?) throws -> (
         count: Int, head: Int64
     ) {
-        try transaction {
+        try sealingTransaction {
             var head = try headPosition()
             var room = Int.max
             if let maximumRetained {

@@ -36,6 +36,9 @@ package final class Connection {
     private var statements: [String: Statement] = [:]
     /// The highest log head read on this connection (``requireWithinHead(_:)``).
     var headSeen: Int64 = 0
+    /// Whether the file notes the current key (`sealing.key_id`, migration
+    /// 0016): looked for until it does (``followNotedKey()``).
+    var notesKeys = false
     private var isClosed = false
     /// Seals and opens personal values with the keys of
     /// ``ConnectionOptions/sealer``: this connection's own cipher state.

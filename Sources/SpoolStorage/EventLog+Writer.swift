@@ -163,10 +163,7 @@ extension EventLog {
         var written = IdentityBook.Written()
         var committed = false
         defer { if !committed { identities?.rolledBack(written) } }
-        try connection.transaction {
-            // The key another process made current (`reencryptAll()`), if
-            // this one seals with another, before anything is sealed.
-            if let sealer = connection.sealer { sealer.follow(try connection.notedKeyID(), now: database.clock.now) }
+        try connection.sealingTransaction {
             // Read inside the transaction, so another process sharing the file
             // (an app extension) cannot be handed the same positions.
             var seq = try connection.headPosition()

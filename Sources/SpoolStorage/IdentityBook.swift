@@ -103,7 +103,7 @@ package final class IdentityBook: Sendable {
     /// user id or traits reach the file.
     @discardableResult
     package func persist(on connection: Connection, changes: Bool = true) throws -> IdentityRow {
-        try connection.transaction {
+        try connection.sealingTransaction {
             try refresh(on: connection)
             let stamp = changes ? current.identity : current.identity.root
             let row = try stamp.resolve(on: connection)

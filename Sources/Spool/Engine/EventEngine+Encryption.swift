@@ -25,7 +25,7 @@ extension EventEngine {
     /// To rotate: make ``EncryptionKeyProvider/currentKey()`` return the
     /// new key, call this, and drop the old key once it returns. Other
     /// processes using the file (app extensions) ask their provider for the
-    /// current key at their next commit after the call starts, so their
+    /// current key before they next seal a value after the call starts, so their
     /// provider must return the new key by then too (a shared keychain
     /// item); until it does, they seal with the key they have, report a
     /// ``SpoolDiagnostic/Kind/encryptionKeyNotFollowed`` diagnostic and ask

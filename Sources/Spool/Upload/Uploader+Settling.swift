@@ -71,7 +71,7 @@ extension Uploader {
         try checkSameFileAsRead()
         let (consumer, limits, records) = (Self.consumerID, deadLetterLimits, unsavedRecords)
         let deadLettered = try log.database.onQueue { connection in
-            try connection.transaction { () -> Int in
+            try connection.sealingTransaction { () -> Int in
                 try connection.recordUploadBatches(records)
                 if lossCounted { try connection.settleLoss(accepted: acceptedFrom, through: through) }
                 let read = rejected.isEmpty ? [] : try connection.readEvents(from: first, through: through, now: now)
