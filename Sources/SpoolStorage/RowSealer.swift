@@ -144,7 +144,9 @@ package final class RowSealer: Sendable {
     package func follow(_ noted: String?, now: Double) {
         guard let noted, noted != currentKeyID else { return }
         let ask = state.withLock { state in
-            guard state.followed?.id != noted || now - (state.followed?.at ?? 0) >= 60 else { return false }
+            // A clock set back counts as a minute gone.
+            let asked = state.followed?.at ?? 0
+            guard state.followed?.id != noted || now - asked >= 60 || now < asked else { return false }
             state.followed = (noted, now)
             return true
         }

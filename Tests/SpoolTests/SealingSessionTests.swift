@@ -144,6 +144,39 @@ struct SealingSessionTests {
         #expect(Self.open(sealedWithA, session) == Array(#"{"k":1}"#.utf8), "a is asked for again")
     }
 
+    @Test(
+        "P12: a sealer follows a key noted elsewhere by asking its provider once per key, then once a minute while it gives another, also when the clock goes back"
+    )
+    func followingANotedKey() throws {
+        let current = Protected("a")
+        let asked = Protected(0)
+        let sealer = RowSealer(
+            cipher: SystemSealingCipher(),
+            currentKey: {
+                asked.withLock { $0 += 1 }
+                return SealingKeyMaterial(id: current.withLock { $0 }, bytes: [UInt8](repeating: 7, count: 32))
+            },
+            keyWithID: { _ in nil })
+        try sealer.refreshCurrentKey()
+        let problems = Protected<[String]>([])
+        sealer.onKeyNotFollowed { problem in problems.withLock { $0.append(problem) } }
+        sealer.follow("a", now: 1_000)
+        #expect(asked.withLock { $0 } == 1, "the key in use: not asked")
+        sealer.follow("b", now: 1_000)  // the provider still gives a
+        sealer.follow("b", now: 1_030)
+        #expect(asked.withLock { $0 } == 2 && problems.withLock { $0.count } == 1)
+        sealer.follow("b", now: 1_061)
+        #expect(asked.withLock { $0 } == 3, "a minute later")
+        sealer.follow("b", now: 500)
+        #expect(asked.withLock { $0 } == 4, "the clock went back")
+        current.withLock { $0 = "b" }
+        sealer.follow("b", now: 510)
+        #expect(asked.withLock { $0 } == 4 && sealer.currentKeyID == "a", "within the minute")
+        sealer.follow("c", now: 511)
+        #expect(asked.withLock { $0 } == 5 && sealer.currentKeyID == "b", "a new key is asked for at once")
+        #expect(problems.withLock { $0.count } == 4, "each answer that was not the noted key")
+    }
+
     @Test("P10: two sessions on one sealer seal and open at once on two threads; every value opens in a third")
     func sessionsAtOnce() async throws {
         let sealer = try Self.sealer(Protected(["k"]))
