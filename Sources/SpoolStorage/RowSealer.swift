@@ -93,8 +93,9 @@ package final class RowSealer: Sendable {
         /// it prepared when it changes.
         var generation = 0
         /// The key another process noted that ``follow(_:now:)`` last asked
-        /// the provider for, and when.
-        var followed: (id: String, at: Double)?
+        /// the provider for, when, and whether the provider gave a key other
+        /// than the one in use then (not asked again for that note).
+        var followed: (id: String, at: Double, settled: Bool)?
     }
 
     let cipher: any SealingCipher
@@ -139,28 +140,34 @@ package final class RowSealer: Sendable {
     /// (``Connection/noteCurrentKey(_:)``) and this sealer seals with
     /// another, asks the provider for the current key again: once for each
     /// key noted, then at most once a minute while the provider still gives
-    /// another (its copy of the key not yet updated). A provider that fails
-    /// leaves the current key as it is.
+    /// the key in use, or fails (each time telling the handler of
+    /// ``onKeyNotFollowed(_:)``). A provider that gives another key (the one
+    /// noted, or one it moved to since) is followed and not asked again for
+    /// that note.
     package func follow(_ noted: String?, now: Double) {
         guard let noted, noted != currentKeyID else { return }
         let ask = state.withLock { state in
-            // A clock set back counts as a minute gone.
-            let asked = state.followed?.at ?? 0
-            guard state.followed?.id != noted || now - asked >= 60 || now < asked else { return false }
-            state.followed = (noted, now)
+            if let followed = state.followed, followed.id == noted {
+                // A clock set back counts as a minute gone.
+                guard !followed.settled, now - followed.at >= 60 || now < followed.at else { return false }
+            }
+            state.followed = (noted, now, false)
             return true
         }
         guard ask else { return }
-        // Meanwhile values are sealed with the key in use, and the handler
-        // hears why.
+        let before = currentKeyID
         let problem: String
         do {
             let id = try refreshCurrentKey()
-            guard id != noted else { return }
-            problem = "the key provider gives key \(id) as current"
+            guard id == before else {
+                state.withLock { $0.followed?.settled = true }
+                return
+            }
+            problem = "the key provider still gives key \(id) as current"
         } catch {
             problem = "the key provider failed: \(error)"
         }
+        // Meanwhile values are sealed with the key in use.
         notFollowed.withLock { $0 }?(
             "another process made key \(noted) current (reencryptAll), but \(problem); "
                 + "values are sealed with key \(currentKeyID ?? "none") until the provider gives \(noted) "

@@ -130,7 +130,8 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// carry its anonymous id alone).
         case undecryptableRows
         /// Another process made a key current (``EventEngine/reencryptAll()``)
-        /// and this process's key provider did not give it, or failed: the
+        /// and this process's key provider still gives the key in use, or
+        /// failed: the
         /// values this process seals need the key it still uses, which the
         /// app must keep until this stops. Asked again a minute later.
         case encryptionKeyNotFollowed
