@@ -100,11 +100,11 @@ struct EncryptionRotationTests {
         try keys.makeCurrent("k2")
         _ = try await app.reencryptAll()
         try await uploader.flush()  // the uploader's dead letters: its first sealing since the call
-        #expect(try await Self.keyIDs(app, "dead_letters") == ["k2", "k2", "k2"])
+        #expect(try await EncryptionTests.keyIDs(app, "dead_letters") == ["k2", "k2", "k2"])
         try await collector.control(["reject_ids": [String]()])
         try await uploader.pauseUploads()
         #expect(try await uploader.requeueDeadLetters(.all) == 3)
-        #expect(!(try await Self.keyIDs(app, "events")).contains("k1"), "requeued with k2")
+        #expect(!(try await EncryptionTests.keyIDs(app, "events")).contains("k1"), "requeued with k2")
         keys.forget("k1")
         await uploader.close()
         await app.close()
@@ -145,18 +145,6 @@ struct EncryptionRotationTests {
         #expect(try await app.storedNames().contains("other0"))
         await other.close()
         await app.close()
-    }
-
-    /// The ids of the keys the values of `table` are sealed with, in row order.
-    static func keyIDs(_ engine: EventEngine, _ table: String) async throws -> [String] {
-        try await engine.query { connection in
-            try connection.withStatement("SELECT sealed FROM \(table) WHERE sealed IS NOT NULL ORDER BY seq") {
-                statement in
-                var ids: [String] = []
-                while try statement.step() { ids.append(statement.blob(at: 0).flatMap(RowSealer.keyID(of:)) ?? "?") }
-                return ids
-            }
-        }
     }
 }
 

@@ -57,6 +57,7 @@ struct EncryptionTests {
             switch table {
             case "events": "SELECT sealed FROM events WHERE sealed IS NOT NULL"
             case "identities": "SELECT sealed FROM identities WHERE sealed IS NOT NULL"
+            case "dead_letters": "SELECT sealed FROM dead_letters WHERE sealed IS NOT NULL"
             default: "SELECT sealed FROM contexts WHERE sealed IS NOT NULL"
             }
         return try await engine.query { connection in
