@@ -59,15 +59,20 @@ extension Connection {
     }
 
     /// Copies the whole WAL into the database file and truncates the WAL to
-    /// zero bytes, waiting at most the busy timeout for readers.
+    /// zero bytes, waiting at most the busy timeout for readers, and for
+    /// another connection's checkpoint to end (SQLite reports that one at
+    /// once, without waiting).
     ///
     /// - Throws: ``SQLiteError`` with `.busy` when another connection (a
-    ///   reader in another process) kept it from completing.
+    ///   reader in another process, a checkpoint) kept it from completing for
+    ///   the busy timeout.
     package func truncateWAL() throws {
-        var logFrames: Int32 = 0
-        var checkpointed: Int32 = 0
-        let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed)
-        try check(code, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        try retryingWhileBusy(for: busyTimeoutMilliseconds) {
+            var logFrames: Int32 = 0
+            var checkpointed: Int32 = 0
+            let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, &logFrames, &checkpointed)
+            try check(code, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        }
     }
 
     /// Leaves no byte of deleted rows in the files: the WAL checkpointed and

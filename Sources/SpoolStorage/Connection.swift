@@ -45,6 +45,9 @@ package final class Connection {
     package let sealing: SealingSession?
     /// Where the time written into rows comes from (``ConnectionOptions/clock``).
     package let clock: any SpoolClock
+    /// How long a statement waits for another process's lock
+    /// (``ConnectionOptions/busyTimeoutMilliseconds``).
+    let busyTimeoutMilliseconds: Int32
 
     /// The keys personal values are sealed and opened with (``ConnectionOptions/sealer``).
     package var sealer: RowSealer? { sealing?.sealer }
@@ -69,6 +72,7 @@ package final class Connection {
         self.path = path
         self.sealing = options.sealer.map(SealingSession.init)
         self.clock = options.clock
+        self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
         if path != Self.inMemoryPath {
             try Connection.createFileIfMissing(path)
         }
@@ -96,6 +100,7 @@ package final class Connection {
         self.path = path
         self.sealing = nil
         self.clock = SystemClock()
+        self.busyTimeoutMilliseconds = 0
         self.handle = handle
         sqlite3_extended_result_codes(handle, 1)
     }
@@ -205,10 +210,12 @@ package final class Connection {
     }
 
     /// Runs `body` again while it fails with `SQLITE_BUSY`, for at most
-    /// `milliseconds`. Switching a new file to WAL needs an exclusive lock,
-    /// and SQLite reports a competing process (an app and its extension
-    /// opening the file together) at once instead of calling the busy handler.
-    private func retryingWhileBusy<T>(for milliseconds: Int32, _ body: () throws -> T) throws -> T {
+    /// `milliseconds` from the first try. For the locks SQLite reports taken
+    /// at once instead of calling the busy handler: switching a new file to
+    /// WAL needs an exclusive lock (an app and its extension opening the file
+    /// together), and a checkpoint needs the checkpoint lock (another
+    /// process's background checkpoint holds it while it runs).
+    func retryingWhileBusy<T>(for milliseconds: Int32, _ body: () throws -> T) throws -> T {
         // clock-exempt: a real deadline, the other process's lock is held in real time, as SQLite's busy timeout.
         let deadline = Date().addingTimeInterval(Double(max(0, milliseconds)) / 1_000)
         var pause: UInt32 = 1_000

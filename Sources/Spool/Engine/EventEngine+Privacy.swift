@@ -41,9 +41,10 @@ extension EventEngine {
     ///   paths named are what is left); ``SpoolError/notStarted`` before
     ///   `start()`; ``SpoolError/sqlite(_:)``
     ///   when the database could not be written (nothing was deleted then),
-    ///   or with `.busy` when another process held a read transaction so
-    ///   long that the WAL could not be truncated (the rows are deleted; call
-    ///   again to finish).
+    ///   or with `.busy` when another process held a read transaction or a
+    ///   checkpoint for longer than the busy timeout (5 s), so that the WAL
+    ///   could not be truncated (the rows are deleted; call again to finish).
+    ///   A checkpoint that ends sooner is waited for.
     public func eraseAllData() async throws {
         guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
         let waiting = state.withLock { $0.gates.takeWaiting() }

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+
+@testable import Spool
+@testable import SpoolStorage
+
+/// Erasure and `reencryptAll()` while another process holds the WAL's
+/// checkpoint lock, as another engine's background checkpoint does for a
+/// moment at a time.
+struct ErasureContentionTests {
+    #if os(Linux) || os(macOS)
+        /// A second process holding the checkpoint lock of `database`'s WAL
+        /// (byte 121 of the `-shm` file, where SQLite's unix VFS takes it)
+        /// until told to let it go.
+        final class CheckpointLockHolder: @unchecked Sendable {
+            // Safe: the descriptors are written once, in init.
+            private let process: ChildProcess
+            private let input: FileHandle
+            private let output: FileHandle
+
+            static let script = """
+                import fcntl, os, sys
+                fd = os.open(sys.argv[1], os.O_RDWR)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 121, 0)
+                print("locked", flush=True)
+                sys.stdin.readline()
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, 121, 0)
+                print("released", flush=True)
+                sys.stdin.read()
+                """
+
+            init(_ database: URL) async throws {
+                let (inputPipe, outputPipe) = (try ChildProcess.pipe(), try ChildProcess.pipe())
+                defer { for end in [inputPipe.read, outputPipe.write] { close(end) } }  // the child's ends
+                process = try ChildProcess(
+                    "/usr/bin/env", ["python3", "-c", Self.script, database.path + "-shm"],
+                    standardInput: inputPipe.read, standardOutput: outputPipe.write)
+                input = FileHandle(fileDescriptor: inputPipe.write, closeOnDealloc: true)
+                output = FileHandle(fileDescriptor: outputPipe.read, closeOnDealloc: true)
+                let line = await readLine()
+                guard line == "locked" else { throw TestSetupError("the lock holder said \(line.debugDescription)") }
+            }
+
+            /// The next line the holder writes ("" when it ended).
+            private func readLine() async -> String {
+                await onOwnThread { [output] in
+                    var line: [UInt8] = []
+                    // try?: a closed pipe ends the line.
+                    while let byte = try? output.read(upToCount: 1)?.first, byte != UInt8(ascii: "\n") {
+                        line.append(byte)
+                    }
+                    return String(decoding: line, as: UTF8.self)
+                }
+            }
+
+            /// Lets the lock go; returns once it is free.
+            func release() async throws {
+                input.write(Data("\n".utf8))
+                let line = await readLine()
+                guard line == "released" else { throw TestSetupError("the lock holder said \(line.debugDescription)") }
+            }
+
+            func end() async {
+                try? input.close()  // try?: already closed is the same end
+                await onOwnThread { [process] in process.waitUntilExit() }
+            }
+        }
+    #endif
+
+    /// The file's erasure count, read on a connection of the test's own.
+    static func erasures(_ database: URL) throws -> Int {
+        let connection = try Connection(path: database.path, options: ConnectionOptions())
+        defer { connection.close() }
+        return try connection.scalarInt("SELECT erasures FROM log_head WHERE id = 1")
+    }
+
+    @Test(
+        "eraseAllData() while another process checkpoints: it waits for the checkpoint lock and leaves no trace (P9)",
+        .needsChildProcesses
+    )
+    func erasureWaitsForAnotherCheckpoint() async throws {
+        #if os(Linux) || os(macOS)
+            let directory = TemporaryDirectory()
+            let engine = try await startedEngine(directory)
+            let database = directory.databaseURL
+            for index in 0..<200 {
+                let email = "\(PrivacyTests.marker)-\(index)@example.com"
+                try engine.record(PrivacyTests.marker, parameters: ["email": .string(email)])
+            }
+            try await engine.settle()
+            let before = try Self.erasures(database)
+
+            let holder = try await CheckpointLockHolder(database)
+            let erasure = Task { try await engine.eraseAllData() }
+            // The rows are deleted (the erasure is counted) before the WAL is
+            // truncated: that truncation meets the lock, which goes a moment later.
+            try await waitUntil(timeout: 10) { try Self.erasures(database) > before }
+            try await holder.release()
+            await holder.end()
+            try await erasure.value
+
+            let found = PrivacyTests.occurrences(of: PrivacyTests.marker, besides: database)
+            #expect(found.values.reduce(0, +) == 0, "marker occurrences after erasure: \(found)")
+            await engine.close()
+        #endif
+    }
+}
