@@ -52,6 +52,8 @@ extension Connection {
                 try statement.step()
             }
             try execute("UPDATE log_head SET erasures = erasures + 1 WHERE id = 1")
+            // Until the file is rebuilt: a start finishes a rebuild that did not.
+            try notePendingRebuild(at: now)
             let identity = try insertIdentity(
                 anonymousID: UUID().uuidString.lowercased(), userID: nil, traitsJSON: "{}", createdAt: now)
             return (head, identity, try identityWatermark().erasures)
@@ -77,13 +79,34 @@ extension Connection {
 
     /// Leaves no byte of deleted rows in the files: the WAL checkpointed and
     /// truncated, the file rebuilt with its live pages (``vacuum()``), and
-    /// the WAL that wrote truncated again. Run with the background
-    /// checkpoints paused: a passive pass holding the WAL makes a TRUNCATE
-    /// fail with `SQLITE_BUSY`.
+    /// the WAL that wrote truncated again; then the note of a rebuild to
+    /// finish (``notePendingRebuild(at:)``) is deleted. Run with the
+    /// background checkpoints paused: a passive pass holding the WAL makes a
+    /// TRUNCATE wait.
     package func rebuildWithoutDeletedBytes() throws {
         try truncateWAL()
         try vacuum()
+        try execute("DELETE FROM rebuild_pending")
         try truncateWAL()
+    }
+
+    /// Notes (`rebuild_pending`) that rows were deleted whose bytes stay in
+    /// the files until ``rebuildWithoutDeletedBytes()`` runs: if the process
+    /// is killed first, or the rebuild fails, the next start finishes it.
+    /// The first note's time is kept.
+    package func notePendingRebuild(at now: Double) throws {
+        try withStatement("INSERT OR IGNORE INTO rebuild_pending (id, since) VALUES (1, ?)") { statement in
+            try statement.bind(now, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// When the oldest rebuild that did not finish was noted; nil when none
+    /// waits.
+    package func pendingRebuild() throws -> Double? {
+        try withStatement("SELECT since FROM rebuild_pending WHERE id = 1") { statement in
+            try statement.step() ? statement.double(at: 0) : nil
+        }
     }
 
     /// Rebuilds the file with only its live pages (and incremental

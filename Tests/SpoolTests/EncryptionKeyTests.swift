@@ -188,8 +188,8 @@ struct EncryptionKeyTests {
         let path = directory.databaseURL.path
         _ = try DamagedFiles.cli(
             path,
-            "DROP TABLE sealed_targets_pending; ALTER TABLE sealing DROP COLUMN key_id; "
-                + "DELETE FROM schema_migrations WHERE version = 16; "
+            "DROP TABLE rebuild_pending; DROP TABLE sealed_targets_pending; ALTER TABLE sealing DROP COLUMN key_id; "
+                + "DELETE FROM schema_migrations WHERE version >= 16; "
                 + "PRAGMA user_version = 15; VACUUM")
         // The head below the rows (migrated, then salvaged), or a newer
         // schema (salvaged as it is): the next start salvages the file.

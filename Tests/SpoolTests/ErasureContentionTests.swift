@@ -104,4 +104,69 @@ struct ErasureContentionTests {
             await engine.close()
         #endif
     }
+
+    /// The note of a rebuild still to finish, read on a connection of the test's own.
+    static func pendingRebuild(_ database: URL) throws -> Double? {
+        let connection = try Connection(path: database.path, options: ConnectionOptions())
+        defer { connection.close() }
+        return try connection.pendingRebuild()
+    }
+
+    @Test(
+        "an erasure held from its rebuild past the busy timeout is finished by a later start, which reports when it cannot (P9)",
+        .needsChildProcesses
+    )
+    func anUnfinishedErasureIsFinishedAtStart() async throws {
+        #if os(Linux) || os(macOS)
+            let directory = TemporaryDirectory()
+            let database = directory.databaseURL
+            let heard = Protected<[SpoolDiagnostic]>([])
+            var configuration = EngineConfiguration(database: .file(database))
+            configuration.diagnosticHandler = { diagnostic in
+                if diagnostic.kind == .erasureUnfinished { heard.withLock { $0.append(diagnostic) } }
+            }
+            let engine = EventEngine(configuration: configuration)
+            try await engine.start()
+            for index in 0..<200 {
+                let email = "\(PrivacyTests.marker)-\(index)@example.com"
+                try engine.record(PrivacyTests.marker, parameters: ["email": .string(email)])
+            }
+            try await engine.settle()
+
+            // Another process holds the checkpoint lock for longer than the
+            // busy timeout: the rows go, their bytes stay in the WAL. With
+            // the file open elsewhere (`other`, as an app extension keeps
+            // it), closing does not checkpoint the WAL away either.
+            let other = try Connection(path: database.path, options: ConnectionOptions(busyTimeoutMilliseconds: 0))
+            defer { other.close() }
+            let holder = try await CheckpointLockHolder(database)
+            await #expect(throws: SpoolError.self) { try await engine.eraseAllData() }
+            await engine.close()
+            try await holder.release()
+            await holder.end()
+            #expect(try Self.pendingRebuild(database) != nil)
+            let left = PrivacyTests.occurrences(of: PrivacyTests.marker, besides: database)
+            #expect(left.values.reduce(0, +) > 0, "the erased bytes wait in the files: \(left)")
+
+            // A start while a reader holds the WAL past the busy timeout
+            // cannot finish it: it says so, and starts.
+            try other.execute("BEGIN")
+            _ = try other.scalarInt("SELECT count(*) FROM log_head")
+            let held = EventEngine(configuration: configuration)
+            try await held.start()
+            #expect(heard.withLock { $0.count } == 1, "\(heard.withLock { $0 })")
+            await held.close()
+            try other.execute("COMMIT")
+            #expect(try Self.pendingRebuild(database) != nil)
+
+            // The next start finishes it.
+            let next = EventEngine(configuration: configuration)
+            try await next.start()
+            #expect(try Self.pendingRebuild(database) == nil)
+            let found = PrivacyTests.occurrences(of: PrivacyTests.marker, besides: database)
+            #expect(found.values.reduce(0, +) == 0, "marker occurrences after the next start: \(found)")
+            #expect(heard.withLock { $0.count } == 1)
+            await next.close()
+        #endif
+    }
 }

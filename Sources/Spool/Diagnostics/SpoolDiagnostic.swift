@@ -135,6 +135,13 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// values this process seals need the key it still uses, which the
         /// app must keep until this stops. Asked again a minute later.
         case encryptionKeyNotFollowed
+        /// An erasure or ``EventEngine/reencryptAll()`` did not finish
+        /// rebuilding the file (the app was killed during the call, or another
+        /// process held the WAL for longer than the busy timeout), so bytes of
+        /// the rows it deleted may still be in the `-wal` or in free pages;
+        /// `start()` tried to finish it and failed, for the reason the error
+        /// gives. The next start tries again; so does the next erasure.
+        case erasureUnfinished
         /// An event waiting in memory for a session gave way to a newer one
         /// (what waits is bounded like the log; the oldest go first): it was
         /// never stored. ``DiagnosticCounts/events`` counts them since the

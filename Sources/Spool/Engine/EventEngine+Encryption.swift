@@ -18,7 +18,8 @@ extension EventEngine {
     /// rows, with SQLite's secure delete on; then the WAL is checkpointed
     /// and the file rebuilt with its live pages only (`VACUUM`, as
     /// ``eraseAllData()`` does), so neither the bytes replaced nor those of
-    /// rows deleted earlier stay in the files. An
+    /// rows deleted earlier stay in the files; a rebuild that does not finish
+    /// (the app killed during the call) is finished by the next `start()`. An
     /// event whose value will not open moves to the dead letters with
     /// reason `undecryptable` (``SpoolDiagnostic/Kind/undecryptableRows``).
     ///
@@ -47,7 +48,12 @@ extension EventEngine {
             try await withDatabaseAwake {
                 // Other processes using the file seal with it from their next
                 // commit on (they ask their provider for the current key).
-                try await log.database.run { try $0.noteCurrentKey(keyID) }
+                // Rows sealed again leave their earlier bytes until the
+                // rebuild below; a start finishes it if this does not.
+                try await log.database.run {
+                    try $0.noteCurrentKey(keyID)
+                    try $0.notePendingRebuild(at: clock.now)
+                }
                 for table in Connection.ResealedTable.allCases {
                     var after = Int64.min
                     while true {

@@ -43,8 +43,10 @@ extension EventEngine {
     ///   when the database could not be written (nothing was deleted then),
     ///   or with `.busy` when another process held a read transaction or a
     ///   checkpoint for longer than the busy timeout (5 s), so that the WAL
-    ///   could not be truncated (the rows are deleted; call again to finish).
-    ///   A checkpoint that ends sooner is waited for.
+    ///   could not be truncated (the rows are deleted; call again to finish
+    ///   now, or the next `start()` finishes it). A checkpoint that ends
+    ///   sooner is waited for. An app killed during the call has its next
+    ///   `start()` finish it too.
     public func eraseAllData() async throws {
         guard let log = state.withLock({ $0.log }) else { throw SpoolError.notStarted }
         let waiting = state.withLock { $0.gates.takeWaiting() }
@@ -76,6 +78,25 @@ extension EventEngine {
             let bodiesLeft = await uploaderBox.withLock { $0 }?.eraseHandoffs() ?? []
             events.durables.erased(through: head)
             try deleteSetAsideCopies(alsoLeft: bodiesLeft)
+        }
+    }
+
+    /// Finishes the rebuild of an erasure or a `reencryptAll()` that did not
+    /// finish it (the process was killed during the call, or another
+    /// process held the WAL past the busy timeout): until it runs, bytes of
+    /// the rows they deleted may stay in the `-wal` and in free pages. A
+    /// failure is reported (``SpoolDiagnostic/Kind/erasureUnfinished``) and
+    /// leaves the note for the next start.
+    func finishPendingRebuild(_ database: DatabaseQueue) async {
+        do {
+            guard try await database.run({ try $0.pendingRebuild() }) != nil else { return }
+            try await database.withCheckpointsPaused {
+                try await database.run { try $0.rebuildWithoutDeletedBytes() }
+            }
+        } catch {
+            diagnosticsCenter.report(
+                .erasureUnfinished, error: SpoolError.bridge(error),
+                "the rebuild after an erasure or reencryptAll() did not finish; the next start tries again")
         }
     }
 

@@ -104,6 +104,7 @@ extension EventEngine {
             let cutoff = limits.maximumAge.map { configuration.clock.now - $0 }
             let consent = state.withLock { $0.consent }
             let launch: Int64
+            await finishPendingRebuild(database)
             (headAtOpen, launch) = try await database.run { [identities] connection in
                 _ = try connection.pruneHistory(before: cutoff, keepingAtMost: limits.maximumRows)
                 // The file's identity, or a new anonymous id for a new file;
