@@ -60,6 +60,11 @@
 //             Starts an engine on the file that keeps at most BOUND events and
 //             does not upload, records COUNT events (the last durably), closes
 //             and prints "DONE": the bound drops what no one uploaded yet.
+// --killed-erasure
+//             Records events carrying RUN_TAG, then erases while a read
+//             transaction of its own holds the WAL, and prints "COMMITTED"
+//             once the erasure's rows are deleted: the test kills it in the
+//             rebuild that follows (see ErasureMode.swift).
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
@@ -241,6 +246,10 @@ case "--erasure-recorder":
 
 case "--surveys":
     try await runSurveys(url, tag: tag)
+
+case "--killed-erasure":
+    try await runKilledErasure(url, marker: tag)
+    exit(0)
 
 case "--overflow":
     guard arguments.count >= 6, let bound = Int(arguments[4]), let count = Int(arguments[5]) else { exit(2) }

@@ -105,6 +105,33 @@ struct ErasureContentionTests {
         #endif
     }
 
+    @Test(
+        "an app killed (SIGKILL) between an erasure's transaction and its rebuild: the next start leaves no trace (P9)",
+        .needsChildProcesses
+    )
+    func aKilledErasureIsFinishedAtStart() async throws {
+        let directory = TemporaryDirectory()
+        let database = directory.databaseURL
+        let marker = "KILLEDERASURE\(UInt32.random(in: 1_000_000...9_999_999))"
+        let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
+        let (lines, killed) = try await runUntilKilled(
+            child, [database.path, marker, "--killed-erasure"], milliseconds: 50, afterLine: "COMMITTED")
+        try #require(killed && lines.contains("COMMITTED"), "\(lines)")
+        // The file stays open elsewhere (an app extension): no clean close
+        // checkpoints the WAL away meanwhile.
+        let other = try Connection(path: database.path, options: ConnectionOptions(busyTimeoutMilliseconds: 0))
+        defer { other.close() }
+        #expect(try other.pendingRebuild() != nil)
+        let left = PrivacyTests.occurrences(of: marker, besides: database)
+        #expect(left.values.reduce(0, +) > 0, "the erased bytes wait in the files: \(left)")
+
+        let engine = try await startedEngine(directory)
+        #expect(try other.pendingRebuild() == nil)
+        let found = PrivacyTests.occurrences(of: marker, besides: database)
+        #expect(found.values.reduce(0, +) == 0, "marker occurrences after the next start: \(found)")
+        await engine.close()
+    }
+
     /// The note of a rebuild still to finish, read on a connection of the test's own.
     static func pendingRebuild(_ database: URL) throws -> Double? {
         let connection = try Connection(path: database.path, options: ConnectionOptions())
