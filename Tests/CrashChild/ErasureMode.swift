@@ -35,5 +35,8 @@ func runKilledErasure(_ url: URL, marker: String) async throws {
         }
     }.start()
     try await engine.eraseAllData()
+    // Used after the erasure, so the reader (and its read transaction) is
+    // not released while the erasure waits for it.
+    try reader.execute("COMMIT")
     emit("NOT KILLED")
 }
