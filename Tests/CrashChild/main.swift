@@ -62,9 +62,9 @@
 //             and prints "DONE": the bound drops what no one uploaded yet.
 // --killed-erasure
 //             Records events carrying RUN_TAG, then erases while a read
-//             transaction of its own holds the WAL, and prints "COMMITTED"
-//             once the erasure's rows are deleted: the test kills it in the
-//             rebuild that follows (see ErasureMode.swift).
+//             transaction of its own holds the WAL; once the erasure's rows
+//             are deleted it prints "COMMITTED" and sends itself SIGKILL, in
+//             the rebuild that follows (see ErasureMode.swift).
 // --hold-open-lock
 //             Takes the lock start() takes to open the file (the mark's),
 //             prints "LOCKED" and idles until killed.
