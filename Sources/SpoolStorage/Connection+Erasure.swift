@@ -19,8 +19,12 @@ extension Connection {
     ///
     /// - Returns: the head the consumers now stand at, the identity left, and
     ///   the file's erasure count.
+    ///
+    /// The rebuild that follows is noted for `owner` (``notePendingRebuild(at:owner:)``).
     @discardableResult
-    package func eraseAll(at now: Double) throws -> (head: Int64, identity: IdentityRow, erasures: Int64) {
+    package func eraseAll(at now: Double, owner: String) throws -> (
+        head: Int64, identity: IdentityRow, erasures: Int64
+    ) {
         try execute("PRAGMA secure_delete = ON")
         defer {
             // try?: going back to routine secure deletion only costs speed
@@ -53,7 +57,7 @@ extension Connection {
             }
             try execute("UPDATE log_head SET erasures = erasures + 1 WHERE id = 1")
             // Until the file is rebuilt: a start finishes a rebuild that did not.
-            try notePendingRebuild(at: now)
+            try notePendingRebuild(at: now, owner: owner)
             let identity = try insertIdentity(
                 anonymousID: UUID().uuidString.lowercased(), userID: nil, traitsJSON: "{}", createdAt: now)
             return (head, identity, try identityWatermark().erasures)
@@ -79,33 +83,82 @@ extension Connection {
 
     /// Leaves no byte of deleted rows in the files: the WAL checkpointed and
     /// truncated, the file rebuilt with its live pages (``vacuum()``), and
-    /// the WAL that wrote truncated again; then the note of a rebuild to
-    /// finish (``notePendingRebuild(at:)``) is deleted. Run with the
-    /// background checkpoints paused: a passive pass holding the WAL makes a
-    /// TRUNCATE wait.
-    package func rebuildWithoutDeletedBytes() throws {
-        try truncateWAL()
-        try vacuum()
-        try execute("DELETE FROM rebuild_pending")
-        try truncateWAL()
+    /// the WAL that wrote truncated again; the note of the rebuild `owner`
+    /// runs (``notePendingRebuild(at:owner:)``) is deleted with it. When it
+    /// fails, the note is let go (``releasePendingRebuild(owner:)``) for the
+    /// next start to finish. Run with the background checkpoints paused: a
+    /// passive pass holding the WAL makes a TRUNCATE wait.
+    package func rebuildWithoutDeletedBytes(owner: String) throws {
+        do {
+            try truncateWAL()
+            try vacuum()
+            try withStatement("DELETE FROM rebuild_pending WHERE owner = ?") { statement in
+                try statement.bind(owner, at: 1)
+                try statement.step()
+            }
+            try truncateWAL()
+        } catch {
+            releasePendingRebuild(owner: owner)
+            throw error
+        }
     }
 
     /// Notes (`rebuild_pending`) that rows were deleted whose bytes stay in
-    /// the files until ``rebuildWithoutDeletedBytes()`` runs: if the process
-    /// is killed first, or the rebuild fails, the next start finishes it.
-    /// The first note's time is kept.
-    package func notePendingRebuild(at now: Double) throws {
-        try withStatement("INSERT OR IGNORE INTO rebuild_pending (id, since) VALUES (1, ?)") { statement in
+    /// the files until `owner` (a ``LeaseOwner``) runs
+    /// ``rebuildWithoutDeletedBytes(owner:)``: if its process is killed
+    /// first, or the rebuild fails, the next start finishes it. The first
+    /// note's time is kept.
+    package func notePendingRebuild(at now: Double, owner: String) throws {
+        try withStatement(
+            """
+            INSERT INTO rebuild_pending (id, since, owner) VALUES (1, ?, ?) \
+            ON CONFLICT (id) DO UPDATE SET owner = excluded.owner
+            """
+        ) { statement in
             try statement.bind(now, at: 1)
+            try statement.bind(owner, at: 2)
             try statement.step()
         }
     }
 
-    /// When the oldest rebuild that did not finish was noted; nil when none
-    /// waits.
-    package func pendingRebuild() throws -> Double? {
-        try withStatement("SELECT since FROM rebuild_pending WHERE id = 1") { statement in
-            try statement.step() ? statement.double(at: 0) : nil
+    /// Lets go of the note `owner` holds, after its rebuild failed: any
+    /// start may finish it now.
+    package func releasePendingRebuild(owner: String) {
+        // try?: a note that cannot be let go stays with its owner, and is
+        // finished by the first start after that process ends.
+        try? withStatement("UPDATE rebuild_pending SET owner = NULL WHERE owner = ?") { statement in
+            try statement.bind(owner, at: 1)
+            try statement.step()
+        }
+    }
+
+    /// Takes the note of a rebuild that did not finish, for `owner` to
+    /// finish: one let go, or one whose owner's process has ended. A
+    /// rebuild another running engine has noted is its own (an erasure or
+    /// `reencryptAll()` under way), and is left to it.
+    ///
+    /// - Returns: whether `owner` holds the note now.
+    package func claimPendingRebuild(owner: String) throws -> Bool {
+        try transaction {
+            let holder = try withStatement("SELECT owner FROM rebuild_pending WHERE id = 1") {
+                statement -> String?? in
+                try statement.step() ? .some(statement.optionalString(at: 0)) : nil
+            }
+            guard let holder else { return false }
+            if let holder, holder != owner, LeaseOwner.isAlive(holder) { return false }
+            try withStatement("UPDATE rebuild_pending SET owner = ? WHERE id = 1") { statement in
+                try statement.bind(owner, at: 1)
+                try statement.step()
+            }
+            return true
+        }
+    }
+
+    /// When the oldest rebuild that did not finish was noted, and who is
+    /// rebuilding it (nil when nobody is); nil when none waits.
+    package func pendingRebuild() throws -> (since: Double, owner: String?)? {
+        try withStatement("SELECT since, owner FROM rebuild_pending WHERE id = 1") { statement in
+            try statement.step() ? (statement.double(at: 0), statement.optionalString(at: 1)) : nil
         }
     }
 

@@ -28,7 +28,7 @@ struct ConnectionTests {
         _ = try Migrator(migrations: Migration.embedded).migrate(connection)
         try connection.execute(
             "INSERT INTO events (seq, id, name, parameters, recorded_at) VALUES (1, 'a', 'e', '{}', 0)")
-        try connection.eraseAll(at: 0)
+        try connection.eraseAll(at: 0, owner: "test")
         #expect(try connection.scalarInt("PRAGMA secure_delete") == 2)
     }
 

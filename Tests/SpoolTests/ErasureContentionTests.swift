@@ -132,8 +132,35 @@ struct ErasureContentionTests {
         await engine.close()
     }
 
+    @Test(
+        "a start leaves a rebuild another running engine has noted to it, and finishes one whose process ended (P9)",
+        .needsChildProcesses
+    )
+    func aRebuildUnderWayIsLeftToItsEngine() async throws {
+        let directory = TemporaryDirectory()
+        let database = directory.databaseURL
+        let engine = try await startedEngine(directory)
+        // The note of a rebuild under way in a running engine, as an erasure
+        // or reencryptAll() writes it before its rebuild.
+        let owner = engine.leaseOwner
+        try await engine.query { try $0.notePendingRebuild(at: 1, owner: owner) }
+        let second = try await startedEngine(directory)
+        #expect(try Self.pendingRebuild(database)?.owner == owner, "left to the engine doing it")
+        await second.close()
+
+        // The same note from a process that has ended.
+        let ended = try await runProcess("/bin/sh", ["-c", "echo $$"])
+        let gone = "pid \(ended.output.trimmingCharacters(in: .whitespacesAndNewlines)) #1"
+        #expect(!LeaseOwner.isAlive(gone))
+        try await engine.query { try $0.notePendingRebuild(at: 1, owner: gone) }
+        let third = try await startedEngine(directory)
+        #expect(try Self.pendingRebuild(database) == nil, "finished by the next start")
+        await third.close()
+        await engine.close()
+    }
+
     /// The note of a rebuild still to finish, read on a connection of the test's own.
-    static func pendingRebuild(_ database: URL) throws -> Double? {
+    static func pendingRebuild(_ database: URL) throws -> (since: Double, owner: String?)? {
         let connection = try Connection(path: database.path, options: ConnectionOptions())
         defer { connection.close() }
         return try connection.pendingRebuild()

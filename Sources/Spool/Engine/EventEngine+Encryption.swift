@@ -44,6 +44,7 @@ extension EventEngine {
         let keyID = try SpoolError.bridging { try sealer.refreshCurrentKey() }
         let clock = configuration.clock
         let counts = Protected((resealed: 0, undecryptable: 0))
+        let owner = leaseOwner
         try await SpoolError.bridgingAsync {
             try await withDatabaseAwake {
                 // Other processes using the file seal with it from their next
@@ -52,33 +53,50 @@ extension EventEngine {
                 // rebuild below; a start finishes it if this does not.
                 try await log.database.run {
                     try $0.noteCurrentKey(keyID)
-                    try $0.notePendingRebuild(at: clock.now)
+                    try $0.notePendingRebuild(at: clock.now, owner: owner)
                 }
-                for table in Connection.ResealedTable.allCases {
-                    var after = Int64.min
-                    while true {
-                        let start = after
-                        let chunk = try await log.database.run {
-                            try $0.resealChunk(table, after: start, limit: Self.resealChunkRows, now: clock.now)
-                        }
-                        counts.withLock {
-                            $0.resealed += chunk.resealed
-                            $0.undecryptable += chunk.undecryptable
-                        }
-                        guard let last = chunk.last else { break }
-                        after = last
-                    }
-                }
-                // Rows deleted before (uploaded, dropped by a bound) left their
-                // readable bytes in pages a routine delete does not write
-                // again: the file is rebuilt, as an erasure rebuilds it, with
-                // the background checkpoints paused.
-                try await log.database.withCheckpointsPaused {
-                    try await log.database.run { try $0.rebuildWithoutDeletedBytes() }
-                }
+                try await self.resealAndRebuild(log, owner: owner, counts: counts)
             }
         }
         let (resealed, undecryptable) = counts.withLock { ($0.resealed, $0.undecryptable) }
         return ReencryptionReport(keyID: keyID, resealed: resealed, undecryptable: undecryptable)
+    }
+
+    /// ``reencryptAll()``'s work once the rebuild is noted for `owner`: on
+    /// any failure the note is let go, for the next start to finish.
+    private func resealAndRebuild(
+        _ log: EventLog, owner: String, counts: Protected<(resealed: Int, undecryptable: Int)>
+    ) async throws {
+        let clock = configuration.clock
+        do {
+            for table in Connection.ResealedTable.allCases {
+                var after = Int64.min
+                while true {
+                    let start = after
+                    let chunk = try await log.database.run {
+                        try $0.resealChunk(table, after: start, limit: Self.resealChunkRows, now: clock.now)
+                    }
+                    counts.withLock {
+                        $0.resealed += chunk.resealed
+                        $0.undecryptable += chunk.undecryptable
+                    }
+                    guard let last = chunk.last else { break }
+                    after = last
+                }
+            }
+            // Rows deleted before (uploaded, dropped by a bound) left their
+            // readable bytes in pages a routine delete does not write
+            // again: the file is rebuilt, as an erasure rebuilds it, with
+            // the background checkpoints paused.
+            try await log.database.withCheckpointsPaused {
+                try await log.database.run { try $0.rebuildWithoutDeletedBytes(owner: owner) }
+            }
+        } catch {
+            // try?: a queue that cannot take it (the engine closing) leaves
+            // the note with this process, finished by the first start after
+            // it ends.
+            _ = try? await log.database.run { $0.releasePendingRebuild(owner: owner) }
+            throw error
+        }
     }
 }

@@ -63,10 +63,11 @@ extension EventEngine {
             // `rebuildWithoutDeletedBytes`).
             let head = try await SpoolError.bridgingAsync {
                 try await log.database.withCheckpointsPaused {
-                    try await log.database.run { [identities, clock = configuration.clock] connection -> Int64 in
-                        let (head, identity, erasures) = try connection.eraseAll(at: clock.now)
+                    try await log.database.run {
+                        [identities, clock = configuration.clock, owner = leaseOwner] connection -> Int64 in
+                        let (head, identity, erasures) = try connection.eraseAll(at: clock.now, owner: owner)
                         identities.erased(leaving: identity, erasures: erasures)
-                        try connection.rebuildWithoutDeletedBytes()
+                        try connection.rebuildWithoutDeletedBytes(owner: owner)
                         return head
                     }
                 }
@@ -82,16 +83,23 @@ extension EventEngine {
     }
 
     /// Finishes the rebuild of an erasure or a `reencryptAll()` that did not
-    /// finish it (the process was killed during the call, or another
+    /// finish it (its process was killed during the call, or another
     /// process held the WAL past the busy timeout): until it runs, bytes of
-    /// the rows they deleted may stay in the `-wal` and in free pages. A
-    /// failure is reported (``SpoolDiagnostic/Kind/erasureUnfinished``) and
-    /// leaves the note for the next start.
+    /// the rows they deleted may stay in the `-wal` and in free pages. One
+    /// that another running engine is still doing is left to it
+    /// (``Connection/claimPendingRebuild(owner:)``). A failure is reported
+    /// (``SpoolDiagnostic/Kind/erasureUnfinished``) and leaves the note for
+    /// the next start.
     func finishPendingRebuild(_ database: DatabaseQueue) async {
+        let owner = leaseOwner
         do {
-            guard try await database.run({ try $0.pendingRebuild() }) != nil else { return }
+            // A read first: the claim takes the write lock, which a start
+            // with nothing to finish does not need.
+            guard try await database.run({ try $0.pendingRebuild() }) != nil,
+                try await database.run({ try $0.claimPendingRebuild(owner: owner) })
+            else { return }
             try await database.withCheckpointsPaused {
-                try await database.run { try $0.rebuildWithoutDeletedBytes() }
+                try await database.run { try $0.rebuildWithoutDeletedBytes(owner: owner) }
             }
         } catch {
             diagnosticsCenter.report(
