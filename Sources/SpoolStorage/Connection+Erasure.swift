@@ -124,8 +124,9 @@ extension Connection {
     /// Lets go of the note `owner` holds, after its rebuild failed: any
     /// start may finish it now.
     package func releasePendingRebuild(owner: String) {
-        // try?: a note that cannot be let go stays with its owner, and is
-        // finished by the first start after that process ends.
+        // try?: nothing is lost: a note that cannot be let go stays with
+        // its owner, and the first start after that process ends finishes
+        // the rebuild.
         try? withStatement("UPDATE rebuild_pending SET owner = NULL WHERE owner = ?") { statement in
             try statement.bind(owner, at: 1)
             try statement.step()

@@ -92,9 +92,9 @@ extension EventEngine {
                 try await log.database.run { try $0.rebuildWithoutDeletedBytes(owner: owner) }
             }
         } catch {
-            // try?: a queue that cannot take it (the engine closing) leaves
-            // the note with this process, finished by the first start after
-            // it ends.
+            // try?: nothing is lost: a note a closing queue cannot let go
+            // stays with this process, and the first start after it ends
+            // finishes the rebuild.
             _ = try? await log.database.run { $0.releasePendingRebuild(owner: owner) }
             throw error
         }
