@@ -45,32 +45,17 @@ extension Connection {
         after position: Int64, limit: Int, now: Double, _ body: (EventRowView) throws -> Bool
     ) throws {
         var closed: [Int64] = []
-        try withStatement(
-            """
-            SELECT e.seq, e.id, e.name, e.recorded_at, e.session_id, e.parameters, e.type, e.target, \
-            i.anonymous_id, i.user_id, i.traits, c.context, e.identity_id, e.context_id, e.sealed, i.sealed, c.sealed, \
-            e.launch, e.launch_ms \
-            FROM events AS e LEFT JOIN identities AS i ON i.id = e.identity_id \
-            LEFT JOIN contexts AS c ON c.id = e.context_id \
-            WHERE e.seq > ? ORDER BY e.seq LIMIT ?
-            """
-        ) { statement in
+        try withStatement(EventPeople.sql) { statement in
             try statement.bind(position, at: 1)
             try statement.bind(limit, at: 2)
             if let sealing {
                 var rows = OpenedEventRows(sealing)
                 defer { rows.release() }
                 try rows.forEach(in: statement, on: self, closed: &closed, body)
-                return
-            }
-            while try statement.step() {
-                try requireWithinHead(statement.int64(at: 0))
-                guard Self.sealedValues(statement) == nil else {
-                    // Sealed, and no sealer to open it.
-                    closed.append(statement.int64(at: 0))
-                    continue
-                }
-                guard try body(Self.eventRow(statement)) else { return }
+            } else {
+                var rows = PlainEventRows()
+                defer { rows.release() }
+                try rows.forEach(in: statement, on: self, closed: &closed, body)
             }
         }
         try setAsideUndecryptable(closed, now: now)
@@ -92,32 +77,9 @@ extension Connection {
         throw StorageError.damaged(path: path, reason: "a row at position \(seq), past the log's head \(headSeen)")
     }
 
-    /// The row `statement` (``forEachEventRow(after:limit:now:_:)``'s) stands on,
-    /// as SQLite holds it.
-    static func eventRow(_ statement: Statement) -> EventRowView {
-        EventRowView(
-            seq: statement.int64(at: 0), id: statement.bytes(at: 1), name: statement.bytes(at: 2),
-            recordedAt: statement.double(at: 3), session: statement.isNull(at: 4) ? nil : statement.bytes(at: 4),
-            parameters: statement.bytes(at: 5), type: statement.bytes(at: 6), target: statement.optionalBytes(at: 7),
-            anonymousID: statement.optionalBytes(at: 8), userID: statement.optionalBytes(at: 9),
-            traits: statement.optionalBytes(at: 10), context: statement.optionalBytes(at: 11),
-            launch: statement.isNull(at: 17) || statement.isNull(at: 18)
-                ? nil : (statement.int64(at: 17), statement.int64(at: 18)))
-    }
-
-    /// The sealed values of the row `statement` stands on: its parameters,
-    /// its identity's and its context's; nil when none is sealed.
-    static func sealedValues(_ statement: Statement) -> SealedValues? {
-        let values = SealedValues(
-            parameters: statement.blob(at: 14), identity: statement.blob(at: 15), context: statement.blob(at: 16))
-        return values.parameters == nil && values.identity == nil && values.context == nil ? nil : values
-    }
-
-    /// A row's sealed values (``sealedValues(_:)``); the identity's and the
-    /// context's row ids are columns 12 and 13.
-    struct SealedValues {
-        let parameters: UnsafeRawBufferPointer?
-        let identity: UnsafeRawBufferPointer?
-        let context: UnsafeRawBufferPointer?
+    /// The launch that recorded the row `statement` (``EventPeople/sql``'s)
+    /// stands on, and when.
+    static func launch(_ statement: Statement) -> (id: Int64, milliseconds: Int64)? {
+        statement.isNull(at: 11) || statement.isNull(at: 12) ? nil : (statement.int64(at: 11), statement.int64(at: 12))
     }
 }

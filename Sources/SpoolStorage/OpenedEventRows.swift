@@ -38,24 +38,12 @@ struct OpenedEventRows {
         var opens = true
     }
 
-    /// Where an identity's opened values sit in ``kept``.
-    private struct Identity {
-        var userID: Range<Int>?
-        var traits: Range<Int>
-    }
-
     private let sealing: SealingSession
     private var rows: [Row] = []
     /// The chunk's rows.
     private var bytes = ByteArena()
-    /// The identities met, by row id: nil for one that will not open.
-    private var identities: [Int64: Identity?] = [:]
-    private var lastIdentity: (id: Int64, value: Identity?)?
-    /// The contexts met, by row id: nil for one that will not open.
-    private var contexts: [Int64: Range<Int>?] = [:]
-    private var lastContext: (id: Int64, value: Range<Int>?)?
-    /// The identities' and contexts' opened values.
-    private var kept = ByteArena()
+    /// The identities and contexts met, opened.
+    private var people: EventPeople
 
     /// The most bytes a buffer may hold and still be kept for the next
     /// call: an upload batch's rows of a few kilobytes each. One that grew
@@ -66,10 +54,12 @@ struct OpenedEventRows {
     /// Rows read with `sealing`'s keys, in the buffers it kept, if any.
     init(_ sealing: SealingSession) {
         self.sealing = sealing
+        var kept = ByteArena()
         if let spare = sealing.spareRowBuffers {
             sealing.spareRowBuffers = nil
             (bytes, kept) = spare
         }
+        people = EventPeople(sealing, keeping: kept)
     }
 
     /// Hands the buffers back to the session for the next call, emptied;
@@ -77,19 +67,19 @@ struct OpenedEventRows {
     /// session already holds others.
     func release() {
         guard sealing.spareRowBuffers == nil, bytes.capacity <= Self.sparedCapacity,
-            kept.capacity <= Self.sparedCapacity
+            people.kept.capacity <= Self.sparedCapacity
         else {
             bytes.deallocate()
-            kept.deallocate()
+            people.kept.deallocate()
             return
         }
-        var (bytes, kept) = (bytes, kept)
+        var (bytes, kept) = (bytes, people.kept)
         bytes.removeAll()
         kept.removeAll()
         sealing.spareRowBuffers = (bytes, kept)
     }
 
-    /// Steps `statement` (``Connection/forEachEventRow(after:limit:now:_:)``'s)
+    /// Steps `statement` (``EventPeople/sql``'s)
     /// to its end, calling `body` with each row whose sealed values open,
     /// plaintext in their place, until it returns false. The positions of
     /// rows passed over because a value would not open join `closed`.
@@ -106,7 +96,7 @@ struct OpenedEventRows {
                 stepped = try statement.step()
                 guard stepped else { break }
                 try connection.requireWithinHead(statement.int64(at: 0))
-                copy(statement, on: connection)
+                try copy(statement, on: connection)
             }
             openParameters()
             for row in rows {
@@ -124,39 +114,30 @@ struct OpenedEventRows {
     /// Copies the row `statement` stands on; its identity's and context's
     /// sealed values are opened now (or taken from those already open),
     /// its parameters are left for ``openParameters()``.
-    private mutating func copy(_ statement: Statement, on connection: Connection) {
-        let readable = Connection.eventRow(statement)
-        let sealed = Connection.sealedValues(statement)
+    private mutating func copy(_ statement: Statement, on connection: Connection) throws {
         var row = Row(
-            seq: readable.seq, recordedAt: readable.recordedAt, id: bytes.append(readable.id),
-            name: bytes.append(readable.name), parameters: 0..<0, type: bytes.append(readable.type),
-            session: readable.session.map { bytes.append($0) }, target: readable.target.map { bytes.append($0) },
-            anonymousID: readable.anonymousID.map { bytes.append($0) }, launch: readable.launch)
-        if let parameters = sealed?.parameters {
+            seq: statement.int64(at: 0), recordedAt: statement.double(at: 3), id: bytes.append(statement.bytes(at: 1)),
+            name: bytes.append(statement.bytes(at: 2)), parameters: 0..<0, type: bytes.append(statement.bytes(at: 6)),
+            session: statement.optionalBytes(at: 4).map { bytes.append($0) },
+            target: statement.optionalBytes(at: 7).map { bytes.append($0) }, launch: Connection.launch(statement))
+        if let parameters = statement.blob(at: 10) {
             row.sealed = bytes.append(parameters)
             row.parameters = bytes.reserve(RowSealer.plaintextCount(of: parameters))
         } else {
-            row.parameters = bytes.append(readable.parameters)
+            row.parameters = bytes.append(statement.bytes(at: 5))
         }
-        if let sealedIdentity = sealed?.identity {
-            if let person = identity(statement.int64(at: 12), sealedIdentity, on: connection) {
-                row.userID = person.userID.map { bytes.append(kept[$0]) }
-                row.traits = bytes.append(kept[person.traits])
-            } else {
-                row.opens = false
-            }
-        } else {
-            row.userID = readable.userID.map { bytes.append($0) }
-            row.traits = readable.traits.map { bytes.append($0) }
+        switch try people.identity(of: statement, on: connection) {
+        case .missing: break
+        case .unopened: row.opens = false
+        case .values(let person):
+            row.anonymousID = bytes.append(people[person.anonymousID])
+            row.userID = person.userID.map { bytes.append(people[$0]) }
+            row.traits = bytes.append(people[person.traits])
         }
-        if let sealedContext = sealed?.context {
-            if let json = context(statement.int64(at: 13), sealedContext) {
-                row.context = bytes.append(kept[json])
-            } else {
-                row.opens = false
-            }
-        } else {
-            row.context = readable.context.map { bytes.append($0) }
+        switch try people.context(of: statement, on: connection) {
+        case .missing: break
+        case .unopened: row.opens = false
+        case .values(let json): row.context = bytes.append(people[json])
         }
         rows.append(row)
     }
@@ -193,42 +174,6 @@ struct OpenedEventRows {
             target: row.target.map { bytes[$0] }, anonymousID: row.anonymousID.map { bytes[$0] },
             userID: row.userID.map { bytes[$0] }, traits: row.traits.map { bytes[$0] },
             context: row.context.map { bytes[$0] }, launch: row.launch)
-    }
-
-    // MARK: - Identities and contexts
-
-    /// The identity `id`, opened from `sealed` the first time it is met.
-    private mutating func identity(_ id: Int64, _ sealed: UnsafeRawBufferPointer, on connection: Connection)
-        -> Identity?
-    {
-        if let last = lastIdentity, last.id == id { return last.value }
-        let value: Identity?
-        if let known = identities[id] {
-            value = known
-        } else {
-            value = connection.openIdentity(sealed, row: id).map { person in
-                Identity(
-                    userID: person.userID.map { withUTF8Bytes(of: $0) { kept.append(UnsafeRawBufferPointer($0)) } },
-                    traits: withUTF8Bytes(of: person.traitsJSON) { kept.append(UnsafeRawBufferPointer($0)) })
-            }
-            identities[id] = .some(value)
-        }
-        lastIdentity = (id, value)
-        return value
-    }
-
-    /// The context `id`, opened from `sealed` the first time it is met.
-    private mutating func context(_ id: Int64, _ sealed: UnsafeRawBufferPointer) -> Range<Int>? {
-        if let last = lastContext, last.id == id { return last.value }
-        let value: Range<Int>?
-        if let known = contexts[id] {
-            value = known
-        } else {
-            value = sealing.open(sealed, for: .context(id)).map { json in json.withUnsafeBytes { kept.append($0) } }
-            contexts[id] = .some(value)
-        }
-        lastContext = (id, value)
-        return value
     }
 }
 
