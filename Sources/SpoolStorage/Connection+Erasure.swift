@@ -124,10 +124,10 @@ extension Connection {
     /// Lets go of the note `owner` holds, after its rebuild failed: any
     /// start may finish it now.
     package func releasePendingRebuild(owner: String) {
-        // try?: nothing is lost: a note that cannot be let go stays with
-        // its owner, and the first start after that process ends finishes
-        // the rebuild.
-        try? withStatement("UPDATE rebuild_pending SET owner = NULL WHERE owner = ?") { statement in
+        // A note that cannot be let go stays with its owner, and the first
+        // start after that process ends finishes the rebuild.
+        let release = "UPDATE rebuild_pending SET owner = NULL WHERE owner = ?"
+        try? withStatement(release) { statement in  // try?: nothing is lost
             try statement.bind(owner, at: 1)
             try statement.step()
         }

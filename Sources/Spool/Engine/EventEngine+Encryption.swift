@@ -92,10 +92,9 @@ extension EventEngine {
                 try await log.database.run { try $0.rebuildWithoutDeletedBytes(owner: owner) }
             }
         } catch {
-            // try?: nothing is lost: a note a closing queue cannot let go
-            // stays with this process, and the first start after it ends
-            // finishes the rebuild.
-            _ = try? await log.database.run { $0.releasePendingRebuild(owner: owner) }
+            // A note a closing queue cannot let go stays with this process,
+            // and the first start after it ends finishes the rebuild.
+            _ = try? await log.database.run { $0.releasePendingRebuild(owner: owner) }  // try?: nothing is lost
             throw error
         }
     }
