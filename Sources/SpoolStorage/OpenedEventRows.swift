@@ -8,7 +8,7 @@ import Foundation
 /// would evict the cipher's code and tables from the processor's caches.
 ///
 /// An identity's and a context's sealed values are opened once per call and
-/// kept. Each row's bytes, and its parameters opened, sit in one buffer,
+/// kept (``EventPeople``). Each row's bytes, and its parameters opened, sit in one buffer,
 /// reused from chunk to chunk and, through the session
 /// (``SealingSession/spareRowBuffers``), from one call to the next:
 /// ``release()`` hands the buffers back.

@@ -29,8 +29,9 @@ struct EventPeople {
     /// The identities' and contexts' values.
     private(set) var kept: ByteArena
 
-    /// The columns every row is read with, identity and context ids among
-    /// them; ``Connection/eventRow(_:identity:context:)`` reads them.
+    /// The query both readers step: each event's columns, with its identity
+    /// and context ids (columns 8 and 9), its sealed value (10) and its
+    /// launch (11 and 12, ``Connection/launch(_:)``).
     static let sql = """
         SELECT seq, id, name, recorded_at, session_id, parameters, type, target, identity_id, context_id, sealed, \
         launch, launch_ms FROM events WHERE seq > ? ORDER BY seq LIMIT ?
