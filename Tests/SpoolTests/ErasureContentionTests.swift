@@ -69,9 +69,14 @@ struct ErasureContentionTests {
 
     /// The file's erasure count, read on a connection of the test's own.
     static func erasures(_ database: URL) throws -> Int {
+        try reading(database) { try $0.scalarInt("SELECT erasures FROM log_head WHERE id = 1") }
+    }
+
+    /// What `body` reads on a connection of the test's own.
+    static func reading<T>(_ database: URL, _ body: (Connection) throws -> T) throws -> T {
         let connection = try Connection(path: database.path, options: ConnectionOptions())
         defer { connection.close() }
-        return try connection.scalarInt("SELECT erasures FROM log_head WHERE id = 1")
+        return try body(connection)
     }
 
     @Test(
@@ -161,9 +166,7 @@ struct ErasureContentionTests {
 
     /// The note of a rebuild still to finish, read on a connection of the test's own.
     static func pendingRebuild(_ database: URL) throws -> (since: Double, owner: String?)? {
-        let connection = try Connection(path: database.path, options: ConnectionOptions())
-        defer { connection.close() }
-        return try connection.pendingRebuild()
+        try reading(database) { try $0.pendingRebuild() }
     }
 
     @Test(
