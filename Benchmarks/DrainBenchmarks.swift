@@ -31,12 +31,16 @@ struct DrainBenchmarks {
     }
 
     /// An engine on `database` uploading `count` events (and room for as
-    /// many more) to the loopback collector at `collector`, 100 per batch.
-    static func loopbackEngine(on database: URL, count: Int, collector: URL) -> EventEngine {
-        EventEngine(
-            configuration: EngineConfiguration(
-                database: .file(database), maximumRetainedEvents: count * 2, collectorURL: collector,
-                batchSize: 100, uploadInterval: 60, dispatcher: DefaultEventDispatcher()))
+    /// many more) to the loopback collector at `collector`, 100 per batch,
+    /// `concurrentRequests` in flight.
+    static func loopbackEngine(on database: URL, count: Int, collector: URL, concurrentRequests: Int = 1)
+        -> EventEngine
+    {
+        var configuration = EngineConfiguration(
+            database: .file(database), maximumRetainedEvents: count * 2, collectorURL: collector,
+            batchSize: 100, uploadInterval: 60, dispatcher: DefaultEventDispatcher())
+        configuration.maximumConcurrentRequests = concurrentRequests
+        return EventEngine(configuration: configuration)
     }
 
     /// An engine on the file `database` that uploads through `dispatcher`
@@ -61,6 +65,8 @@ struct DrainBenchmarks {
         try await drain()
         try await endToEnd()
         try await tail()
+        try await tail(concurrentRequests: 2)
+        try await roundTrips()
     }
 
     /// The drain beside raw SQLite: through a custom dispatcher, then through

@@ -13,8 +13,9 @@ final class LoopbackCollector {
     /// `lean`: Tests/Collector/lean_collector.py instead, which answers
     /// every request 200 and logs its size and event count only (no
     /// validation, no copy of the body), so the collector's own Python
-    /// costs least.
-    init?(purpose: String, lifetime: Int = 120, lean: Bool = false) {
+    /// costs least; with `delay`, it waits that many seconds before each
+    /// answer (a round trip).
+    init?(purpose: String, lifetime: Int = 120, lean: Bool = false, delay: TimeInterval = 0) {
         let script = lean ? "Tests/Collector/lean_collector.py" : "Tests/Collector/collector.py"
         guard FileManager.default.fileExists(atPath: script) else {
             print("skipping \(purpose): run spool-bench from the package root (needs \(script))")
@@ -25,7 +26,7 @@ final class LoopbackCollector {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = [
             "python3", script, "--log", scratch.url.appendingPathComponent("collector.jsonl").path, "--lifetime",
-            "\(lifetime)",
+            "\(lifetime)", "--delay", "\(delay)",
         ]
         let pipe = Pipe()
         process.standardOutput = pipe

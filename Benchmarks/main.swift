@@ -173,7 +173,10 @@ if let phase {
         try await HistoryBenchmarks(quick: quick, report: report).targeting()
     case "tail":
         // The end-to-end tail alone (its row), for a profiler.
-        try await DrainBenchmarks(quick: quick, report: report).tail()
+        try await DrainBenchmarks(quick: quick, report: report).tail(concurrentRequests: Int(variant ?? "") ?? 1)
+    case "round-trips":
+        // The drain across a round trip, one and two requests in flight (its rows).
+        try await DrainBenchmarks(quick: quick, report: report).roundTrips()
     case "upload-memory":
         try await UploadMemoryBenchmarks.measure(variant ?? "spool-gzip", quick: quick, report: report)
     case "pipeline-caller":

@@ -513,6 +513,10 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = serve
 
 
+# Seconds the lean server waits before each answer (--delay).
+answer_delay = 0.0
+
+
 def main(handler=None):
     """Serves with `handler` (default: Handler) until --lifetime ends."""
     global log_path
@@ -520,8 +524,12 @@ def main(handler=None):
     parser.add_argument("--log", required=True)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--lifetime", type=float, default=600, help="exit after this many seconds")
+    parser.add_argument("--delay", type=float, default=0,
+                        help="lean server: seconds it waits before each answer (a round trip)")
     arguments = parser.parse_args()
     log_path = arguments.log
+    global answer_delay
+    answer_delay = arguments.delay
     ThreadingHTTPServer.allow_reuse_address = True
     ThreadingHTTPServer.daemon_threads = True
     server = ThreadingHTTPServer(("127.0.0.1", arguments.port), handler or Handler)

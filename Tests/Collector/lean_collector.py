@@ -4,10 +4,11 @@ keeping nothing but its size and event count: for spool-bench's throughput
 measurements, where the full collector's validation and copies of each body
 would cost more per request than the client it measures.
 
-    python3 lean_collector.py --log FILE [--port N] [--lifetime S]
+    python3 lean_collector.py --log FILE [--port N] [--lifetime S] [--delay S]
 
-Prints "PORT <n>" once listening on 127.0.0.1, answers 200 to every request,
-and appends one JSON line per request to FILE:
+Prints "PORT <n>" once listening on 127.0.0.1, answers 200 to every request
+(after S seconds with --delay, as a collector across a network would), and
+appends one JSON line per request to FILE:
 
     {"t": seconds, "status": 200, "bytes": n on the wire, "events": n}
 
@@ -36,6 +37,9 @@ class LeanHandler(collector.Handler):
         wire = self.rfile.read(length)
         collector.record({"t": time.time(), "status": 200, "bytes": len(wire),
                           "events": count_events(wire, self.headers)})
+        if collector.answer_delay > 0:
+            # A round trip: requests in flight together wait together.
+            time.sleep(collector.answer_delay)
         return self.answer(200)
 
     do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = serve

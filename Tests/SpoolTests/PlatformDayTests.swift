@@ -126,25 +126,31 @@ struct PlatformDayTests {
     }
 
     @Test(
-        "O4: background time ends during an upload: the request is abandoned, the database suspends, and its events go out once back in the foreground"
-    )
-    func expiryDuringUpload() async throws {
+        "O4, W6: background time ends during an upload: the requests in flight are abandoned, the database suspends, and their events go out once back in the foreground",
+        arguments: [1, 2])
+    func expiryDuringUpload(concurrentRequests: Int) async throws {
         let directory = TemporaryDirectory()
         let collector = try await TestCollector(directory)
         let os = FakeOS()
-        let engine = Self.uploading(directory, collector, on: os)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 10).on(os)
+        configuration.maximumConcurrentRequests = concurrentRequests
+        let engine = EventEngine(configuration: configuration)
         try await engine.start()
         let ids = try recordEvents(engine, 30)
         try await engine.settle()
         try await collector.control(["mode": "hold", "hang_seconds": 30])
         os.send(.didEnterBackground)
-        #expect(try await collector.waitForHeld(1))
+        #expect(try await collector.waitForHeld(concurrentRequests))
         os.expireRunning()
         #expect(try await Self.waitUntilSuspended(engine))
-        // The abandoned request is answered with an error: it was not taken.
-        try await collector.control(["mode": "ok", "release": 503])
+        try await collector.control(["mode": "ok"])
         os.send(.didBecomeActive)
         try await engine.flush()
+        // The flush waited for none of the abandoned requests: the collector
+        // holds them still (and those of a retry before the suspension).
+        #expect(try await collector.control([:]) >= concurrentRequests)
+        // They are answered with an error: they were not taken.
+        try await collector.control(["release": 503])
         let accepted = collector.acceptedIDs()
         #expect(Set(accepted).isSuperset(of: ids) && accepted.count == Set(accepted).count, "each event taken once")
         #expect(try await engine.uploadStatistics().pending == 0)

@@ -85,6 +85,16 @@ public struct EngineConfiguration: Sendable {
     /// starts an upload. Default 10; 1 sends each event alone; 0 or less
     /// uses the default. A format's own per-request limit also applies.
     public var batchSize: Int
+    /// How many upload requests may be in flight at once. Default 1: the
+    /// collector receives events in log order. Above 1 (at most
+    /// ``maximumConcurrentRequestsLimit``), the next batches are sent while
+    /// the request before them is answered, so a backlog drains in fewer
+    /// round trips, and arrival order is given up: a request may arrive
+    /// before the one ahead of it, and when that one is not accepted whole,
+    /// the batches sent beside it are sent again after it, under the same
+    /// `Idempotency-Key`. Answers are still settled in log order. 0 or less
+    /// is 1.
+    public var maximumConcurrentRequests = 1
     /// Seconds between timed uploads of whatever is pending. Default 60; 0
     /// uploads as soon as events are committed; negative uses the default.
     public var uploadInterval: TimeInterval
@@ -339,6 +349,13 @@ extension EngineConfiguration {
     /// The uploader's batch size: ``batchSize``, or its default when it is 0
     /// or less.
     var uploadBatchSize: Int { batchSize > 0 ? batchSize : Self.defaultBatchSize }
+
+    /// The most ``maximumConcurrentRequests`` can ask for.
+    public static let maximumConcurrentRequestsLimit = 8
+
+    /// The uploader's requests in flight: ``maximumConcurrentRequests``
+    /// within 1…``maximumConcurrentRequestsLimit``.
+    var concurrentRequests: Int { min(max(1, maximumConcurrentRequests), Self.maximumConcurrentRequestsLimit) }
 
     /// The bound the log keeps: ``maximumRetainedEvents`` (at least 1);
     /// when uploading, a value below 100 is the default and one below

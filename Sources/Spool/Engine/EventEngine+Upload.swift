@@ -170,7 +170,7 @@ extension EventEngine {
         let defaults = dispatcher as? DefaultEventDispatcher
         var settings = Uploader.Settings(
             url: url, batchSize: configuration.uploadBatchSize, timerInterval: configuration.uploadTimerInterval,
-            retry: configuration.retryPolicy)
+            retry: configuration.retryPolicy, concurrentRequests: configuration.concurrentRequests)
         // The HTTP transport gives up after twice its request timeout.
         if let defaults { settings.dispatchTimeout = defaults.requestTimeout * 2 + 5 }
         let (state, platform, configuration) = (self.state, configuration.platform, configuration)

@@ -63,8 +63,8 @@ public final class DefaultEventDispatcher: EventDispatcher {
     ///     or yours.
     ///   - request: headers, a header provider, compression, networks.
     ///   - sessionConfiguration: for proxies, TLS settings, additional
-    ///     headers… Copied; Spool sets the timeouts, one connection per host
-    ///     and no cache. Nil: ephemeral, without cookies. Spool makes the
+    ///     headers… Copied; Spool sets the timeouts, as many connections
+    ///     per host as requests may be in flight, and no cache. Nil: ephemeral, without cookies. Spool makes the
     ///     session itself and never takes a ready-made `URLSession`: its
     ///     delegate must refuse redirects, or a 301 would turn the upload
     ///     into a GET without its events and count as delivered. For a

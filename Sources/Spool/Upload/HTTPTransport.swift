@@ -30,8 +30,11 @@ final class HTTPTransport: CallbackUploadTransport {
         #endif
     }
 
-    /// - Parameter configuration: copied; Spool sets its timeouts, one
-    ///   connection per host and no response cache, and keeps everything
+    /// - Parameter configuration: copied; Spool sets its timeouts, as many
+    ///   connections per host as requests may be in flight
+    ///   (``EngineConfiguration/maximumConcurrentRequestsLimit``; the
+    ///   engine's setting decides how many are) and no response cache, and
+    ///   keeps everything
     ///   else (proxies, TLS settings, additional headers, cookies, cellular
     ///   access). Nil: an ephemeral configuration without cookies.
     init(
@@ -51,7 +54,7 @@ final class HTTPTransport: CallbackUploadTransport {
         }
         configuration.timeoutIntervalForRequest = requestTimeout
         configuration.timeoutIntervalForResource = requestTimeout * 2
-        configuration.httpMaximumConnectionsPerHost = 1
+        configuration.httpMaximumConnectionsPerHost = EngineConfiguration.maximumConcurrentRequestsLimit
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.urlCache = nil
         // The session retains its delegate until invalidated: a separate

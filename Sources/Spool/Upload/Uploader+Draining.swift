@@ -29,18 +29,29 @@ extension Uploader {
     }
 
     func drain(force: Bool) async throws {
+        // The batches read ahead: a pass ends only once the requests among
+        // them that went are answered.
+        var window: [Prepared] = []
+        do {
+            try await drain(force: force, window: &window)
+        } catch {
+            await discardWindow(&window)
+            throw error
+        }
+    }
+
+    private func drain(force: Bool, window: inout [Prepared]) async throws {
         // Each database call saves the previous batch's success, renews the
         // lease and reads the next batch, in one transaction; while a request
-        // is in flight, the batch after it is read that way and gzipped
-        // (``send(_:gzipped:preparing:)``), and sent next if the answer
-        // leaves it next (``takePrepared(_:after:)``).
+        // is in flight, the batches after it are read that way, gzipped or
+        // sent (``send(_:gzipped:request:preparing:window:)``), and sent or
+        // settled next if the answer leaves them next
+        // (``takePrepared(_:after:)``).
         var uploaded: (first: Int64, last: Int64)?
         // The hand-off whose events `uploaded` are: deleted with the save.
         var settled: String?
-        var prepared: Prepared?
-        defer { if let prepared { discard(prepared) } }
         // `pauses`: erasure, a consent withdrawal or a pause waits for the
-        // request in flight only.
+        // requests in flight only.
         while schedule.passMayContinue {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
             if uploaded == nil, let outcome = try await settleNextReport() {
@@ -54,10 +65,12 @@ extension Uploader {
             // next pass.
             switch schedule.gate(force: force, now: now) {
             case .go: break
-            case .endPass: return try saveAndEnd(uploaded, settled)
+            case .endPass:
+                await discardWindow(&window)
+                return try saveAndEnd(uploaded, settled)
             case .refuse(let reason): throw SpoolError.uploadDeferred(reason: reason)
             }
-            let ready = try takePrepared(&prepared, after: uploaded)
+            let ready = try await takePrepared(&window, after: uploaded)
             let step: Step
             if let ready {
                 step = .batch(ready.batch)  // `uploaded` is saved by the next read
@@ -91,16 +104,18 @@ extension Uploader {
                     return try waitForSystem(nil, force: false, saving: uploaded, settled: settled)
                 }
                 // The read ahead saves what waits to be saved; with nothing
-                // after this batch it is not asked for.
+                // after this batch and those read ahead it is not asked for.
+                let readFrom = window.last?.batch.last ?? batch.last
                 let ahead =
-                    uploaded != nil || signals.withLock({ $0.head }) > batch.last
+                    uploaded != nil || signals.withLock({ $0.head }) > readFrom
                     ? ReadAhead(after: batch.last, saving: uploaded, handoff: settled) : nil
-                let sent = try await send(batch, gzipped: ready?.gzipped, preparing: ahead)
+                let accepted = try await send(
+                    batch, gzipped: ready?.gzipped, request: ready?.request, preparing: ahead, window: &window)
                 if ahead != nil { (uploaded, settled) = (nil, nil) }
-                prepared = sent.prepared
-                if sent.accepted { uploaded = (batch.first, batch.last) }
+                if accepted { uploaded = (batch.first, batch.last) }
             }
         }
+        await discardWindow(&window)
         try saveAndEnd(uploaded, settled)
     }
 

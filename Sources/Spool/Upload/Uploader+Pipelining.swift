@@ -7,17 +7,25 @@ import SpoolStorage
 /// While the request's own body is still being gzipped, the read comes
 /// first, so that reading and gzipping overlap when answers come at once.
 ///
-/// One request is in flight at a time, so the collector receives events in
-/// log order and answers are settled in log order. The batch read ahead is
-/// sent only when the answer leaves it next: the request before it was
-/// accepted whole, the file is the one it was read from, and the database
-/// says that none of its events has passed (the queue bound, an erasure in
-/// another process), that uploads are not paused and that the lease is
-/// still this engine's for a whole request. Anything else — a retry, a
-/// bisection, dead letters, a refusal of the request, `stop()`, a pause, a
-/// consent withdrawal, an erasure, another process's lease — discards it,
-/// and the next batch is read again from the position in the database: the
-/// same events make the same batch, under the same batch id.
+/// By default one request is in flight at a time, so the collector receives
+/// events in log order. The batch read ahead is sent only when the answer
+/// leaves it next: the request before it was accepted whole, the file is the
+/// one it was read from, and the database says that none of its events has
+/// passed (the queue bound, an erasure in another process), that uploads are
+/// not paused and that the lease is still this engine's for a whole request.
+/// Anything else — a retry, a bisection, dead letters, a refusal of the
+/// request, `stop()`, a pause, a consent withdrawal, an erasure, another
+/// process's lease — discards it, and the next batch is read again from the
+/// position in the database: the same events make the same batch, under the
+/// same batch id.
+///
+/// With ``EngineConfiguration/maximumConcurrentRequests`` above 1, up to
+/// that many requests are in flight: each batch read ahead is sent as soon
+/// as it is read (its read renewed the lease and checked the pause), and
+/// the answers are acted on in log order, by the same rules. A batch whose
+/// request went before the answer that would have let it go is discarded
+/// once its own answer comes, whatever that answer: its events are sent
+/// again after the request ahead of them, under the same batch id.
 extension Uploader {
     /// A batch read, and gzipped when requests are, while the request
     /// before it was in flight.
@@ -28,8 +36,11 @@ extension Uploader {
         /// The database file it was read from (``DatabaseQueue/fileGeneration``).
         let generation: Int
         /// Its body being gzipped on another thread; nil when requests are
-        /// not gzipped (or not through a transport).
+        /// not gzipped (or not through a transport), or it went already.
         let gzipped: GzipJob?
+        /// Its request, when it went as soon as it was read (more than one
+        /// request in flight).
+        var request: InFlightRequest? = nil
     }
 
     /// What to read ahead of the request in flight, and the accepted batch
@@ -73,6 +84,10 @@ extension Uploader {
         guard case .batch(let batch) = try save(saving, handoff: ahead.handoff, thenRead: .after(ahead.after))
         else { return nil }
         pipeline.withLock { $0.prepared += 1 }
+        if settings.concurrentRequests > 1, !(handoffs?.wanted() ?? false) {
+            let request = startExchange(batch, compress: compresses)
+            return Prepared(after: ahead.after, batch: batch, generation: generation, gzipped: nil, request: request)
+        }
         var gzipped: GzipJob?
         if compresses, case .transport = client.sender {
             gzipped = GzipJob(batch.body, on: Self.compression)
@@ -80,19 +95,35 @@ extension Uploader {
         return Prepared(after: ahead.after, batch: batch, generation: generation, gzipped: gzipped)
     }
 
-    /// Takes `prepared` if it is still the next batch to send after
-    /// `uploaded` (the batch whose request was accepted whole), checking in
-    /// the database that none of its events has passed, that uploads are
-    /// not paused and that the lease is this engine's for a whole request
-    /// more. Otherwise it is discarded, and nil says: read the next batch.
-    func takePrepared(_ prepared: inout Prepared?, after uploaded: (first: Int64, last: Int64)?) throws -> Prepared? {
-        guard let ready = prepared else { return nil }
-        prepared = nil
+    /// Reads ahead into `window` (``readAhead(_:)``), the first read saving
+    /// `ahead.saving`: one batch, or with more than one request in flight,
+    /// as many as fill the window while events wait behind it.
+    func fill(_ window: inout [Prepared], _ ahead: ReadAhead) throws {
+        var next = ReadAhead(
+            after: window.last?.batch.last ?? ahead.after, saving: ahead.saving, handoff: ahead.handoff)
+        while let prepared = try readAhead(next) {
+            window.append(prepared)
+            let last = prepared.batch.last
+            guard window.count < settings.concurrentRequests - 1, signals.withLock({ $0.head }) > last else { return }
+            next = ReadAhead(after: last, saving: nil, handoff: nil)
+        }
+    }
+
+    /// Takes the first batch of `window` if it is still the next batch to
+    /// send after `uploaded` (the batch whose request was accepted whole),
+    /// checking in the database that none of its events has passed, that
+    /// uploads are not paused and that the lease is this engine's for a
+    /// whole request more. Otherwise the whole window is discarded (its
+    /// requests in flight answered first), and nil says: read the next batch.
+    func takePrepared(_ window: inout [Prepared], after uploaded: (first: Int64, last: Int64)?) async throws
+        -> Prepared?
+    {
+        guard let ready = window.first else { return nil }
         guard let uploaded, ready.after == uploaded.last, ready.batch.first > uploaded.last,
             ready.generation == readGeneration,
             ready.generation == log.database.fileGeneration, !(handoffs?.wanted() ?? false)
         else {
-            discard(ready)
+            await discardWindow(&window)
             return nil
         }
         let (consumer, owner, patience) = (Self.consumerID, self.owner, settings.dispatchTimeout)
@@ -100,21 +131,119 @@ extension Uploader {
         do {
             found = try log.database.onQueue { try $0.standing(of: consumer) }
         } catch {
-            discard(ready)
+            await discardWindow(&window)
             throw error
         }
         guard let standing = found, !standing.uploadsPaused, standing.position < ready.batch.first,
             let lease = standing.lease, lease.owner == owner, lease.expires >= now + patience
         else {
-            discard(ready)
+            await discardWindow(&window)
             return nil
         }
+        window.removeFirst()
         pipeline.withLock { $0.sent += 1 }
         return ready
+    }
+
+    /// Discards every batch of `window`: a request that went is answered
+    /// first (at most ``Settings/concurrentRequests`` are ever in flight)
+    /// and noted as retried, whatever its answer, for its events are sent
+    /// again after the request ahead of them.
+    func discardWindow(_ window: inout [Prepared]) async {
+        let discarded = window
+        window.removeAll()
+        for prepared in discarded {
+            discard(prepared)
+            guard let request = prepared.request else { continue }
+            let exchanged = await answer(to: request)
+            counters.requests += 1
+            var detail = "sent beside a request that was not accepted whole; its events are sent again after it"
+            if case .failed(let reason) = exchanged.answer { detail = reason + "; " + detail }
+            note(prepared.batch, exchanged, .retried, detail: detail)
+        }
+    }
+
+    /// Whether `exchanged` is the collector's acceptance of all of `batch`.
+    func acceptsWhole(_ exchanged: Exchange, _ batch: UploadBatch) -> Bool {
+        if case .accepted = read(exchanged.answer, eventCount: batch.count) { return true }
+        return false
     }
 
     /// A batch read ahead that is not sent as read.
     func discard(_ prepared: Prepared) {
         pipeline.withLock { $0.discarded += 1 }
+    }
+}
+
+/// A request sent and not answered yet. The first answer is the one kept:
+/// the transport's or dispatcher's, the dispatch timeout's, or the app's
+/// suspension's.
+final class InFlightRequest: Sendable {
+    /// When it went (``Uploader/now``).
+    let sentAt: TimeInterval
+    /// Whether its body goes gzipped, as far as is known before the answer.
+    let compressed: Bool
+
+    private struct State {
+        var answered = false
+        /// The answer, until it is taken.
+        var answer: UploadClient.Answer?
+        var waiter: CheckedContinuation<UploadClient.Answer, Never>?
+        /// What stops the request early, until it is answered: the timer
+        /// holds this state for the whole dispatch timeout, and must not
+        /// keep a finished request's task alive that long.
+        var stop: (@Sendable () -> Void)?
+    }
+
+    private let state = Protected(State())
+
+    init(sentAt: TimeInterval, compressed: Bool) {
+        self.sentAt = sentAt
+        self.compressed = compressed
+    }
+
+    /// Keeps `stop` until the answer; false when it was answered already.
+    func watch(_ stop: @escaping @Sendable () -> Void) -> Bool {
+        state.withLock { state in
+            guard !state.answered else { return false }
+            state.stop = stop
+            return true
+        }
+    }
+
+    /// Stops the request, if it is still out.
+    func stop() {
+        state.withLock { $0.stop }?()
+    }
+
+    /// The first answer is kept; later ones are ignored.
+    func finish(_ answer: UploadClient.Answer) {
+        let waiter = state.withLock { state -> CheckedContinuation<UploadClient.Answer, Never>? in
+            guard !state.answered else { return nil }
+            state.answered = true
+            state.stop = nil
+            guard let waiter = state.waiter else {
+                state.answer = answer
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume(returning: answer)
+    }
+
+    /// Waits for the answer. Called once.
+    func answer() async -> UploadClient.Answer {
+        await withCheckedContinuation { continuation in
+            let answer = state.withLock { state -> UploadClient.Answer? in
+                guard let answer = state.answer else {
+                    state.waiter = continuation
+                    return nil
+                }
+                state.answer = nil
+                return answer
+            }
+            if let answer { continuation.resume(returning: answer) }
+        }
     }
 }

@@ -12,23 +12,28 @@ extension Uploader {
         let sentAt: Date
     }
 
-    /// Sends one batch and settles its events. With `ahead`, the batch after
-    /// it is read (saving the accepted batch before it) while the request is
-    /// in flight — or, while this batch's own gzip is still running, before
-    /// it goes — and gzipped on another thread; the answer is acted on once
-    /// that read is done, so the database sees the saves in log order.
+    /// Sends one batch and settles its events. With `ahead`, the batches
+    /// after it are read into `window` (the first read saving the accepted
+    /// batch before it) while the request is in flight — or, while this
+    /// batch's own gzip is still running, before it goes — and gzipped on
+    /// another thread, or sent at once when more than one request may be in
+    /// flight; the answer is acted on once that read is done, so the
+    /// database sees the saves in log order. An answer that is not an
+    /// acceptance of the whole batch is acted on once the requests sent
+    /// beside it are answered and discarded.
     ///
-    /// - Parameter gzipped: the body being gzipped already (a batch read
-    ///   ahead).
-    /// - Returns: `accepted`: the collector took the whole batch (its
-    ///   position is saved with the next read); false when it was settled
-    ///   here. `prepared`: the batch read ahead, if one was.
+    /// - Parameters:
+    ///   - gzipped: the body being gzipped already (a batch read ahead).
+    ///   - request: the request carrying `batch`, when it went already.
+    /// - Returns: true when the collector took the whole batch (its position
+    ///   is saved with the next read); false when it was settled here.
     /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
-    func send(_ batch: UploadBatch, gzipped: GzipJob? = nil, preparing ahead: ReadAhead? = nil)
-        async throws -> (accepted: Bool, prepared: Prepared?)
-    {
-        var prepared: Result<Prepared?, any Error> = .success(nil)
+    func send(
+        _ batch: UploadBatch, gzipped: GzipJob? = nil, request: InFlightRequest? = nil,
+        preparing ahead: ReadAhead? = nil, window: inout [Prepared]
+    ) async throws -> Bool {
+        var reading: Result<Void, any Error> = .success(())
         var toRead = ahead
         var compress = compresses
         var stored: StoredBody?
@@ -36,7 +41,7 @@ extension Uploader {
             // Its gzip still runs: the next batch is read meanwhile.
             if !gzipped.isDone, let early = toRead {
                 toRead = nil
-                prepared = Result { try readAhead(early) }
+                reading = Result { try fill(&window, early) }
             }
             // Taken on this thread: gzipped here if the other thread has not
             // started it, else waited for (see GzipJob).
@@ -44,9 +49,16 @@ extension Uploader {
                 stored = StoredBody(body: body, compressed: true, tag: nextTag(for: batch))
             }
         }
-        var exchanged = await exchange(batch, compress: compress, stored: stored) {
-            if let late = toRead { prepared = Result { try readAhead(late) } }
+        var exchanged: Exchange
+        if let request {
+            if let late = toRead { reading = Result { try fill(&window, late) } }
+            exchanged = await answer(to: request)
+        } else {
+            exchanged = await exchange(batch, compress: compress, stored: stored) {
+                if let late = toRead { reading = Result { try fill(&window, late) } }
+            }
         }
+        if !window.isEmpty, !acceptsWhole(exchanged, batch) { await discardWindow(&window) }
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
             response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
         {
@@ -65,10 +77,11 @@ extension Uploader {
         do {
             accepted = try await act(on: exchanged, for: batch, compress: compress)
         } catch {
-            if case .success(let unsent?) = prepared { discard(unsent) }
+            await discardWindow(&window)
             throw error
         }
-        return (accepted, try prepared.get())
+        try reading.get()
+        return accepted
     }
 
     /// Acts on the answer to `batch`'s request. With `handoff` (the batch
@@ -177,106 +190,101 @@ extension Uploader {
     /// dispatcher, waiting at most `dispatchTimeout` (a later answer is
     /// ignored: the lease must outlive every request). With `stored`, that
     /// body goes instead, through the transport, under its batch id.
+    /// `meanwhile` runs once the request is out.
     func exchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil, meanwhile: () -> Void = {})
         async -> Exchange
     {
-        let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
-        let tag = stored?.tag ?? nextTag(for: batch)
-        let sentAt = now
-        let answer = await withCheckedContinuation { continuation in
-            // Whether an answer came, and until then what stops the request
-            // early. The first answer drops the stopping closure: the timer
-            // below holds this state for the whole dispatch timeout, and must
-            // not keep a finished request's task (about 2 KB each, one per
-            // request) alive that long.
-            let state = Protected<(answered: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
-            let finish: @Sendable (UploadClient.Answer) -> Void = { answer in
-                let first = state.withLock { state in
-                    defer { state = (true, nil) }
-                    return !state.answered
-                }
-                if first { continuation.resume(returning: answer) }
-            }
-            let sender: String
-            if case .dispatcher = client.sender { sender = "dispatcher" } else { sender = "transport" }
-            // Once the request is out: unless it was answered at once (then
-            // it needs neither a way to abandon it nor a timer), `stop` is
-            // what stops it early, the app's suspension abandons it, and the
-            // dispatch timeout gives up on it.
-            let watch: @Sendable (@escaping @Sendable () -> Void) -> Void = { [inFlightAbandon, log] stop in
-                let answered = state.withLock { state in
-                    if !state.answered { state.stop = stop }
-                    return state.answered
-                }
-                guard !answered else { return }
-                let cancel: @Sendable () -> Void = { state.withLock { $0.stop }?() }
-                inFlightAbandon.withLock { abandon in
-                    abandon = {
-                        cancel()
-                        finish(.failed("abandoned: the app was about to be suspended"))
-                    }
-                }
-                // A dispatch timer: it touches no database state, so it fires
-                // while suspended without asking for a background window.
-                log.database.timer(after: timeout) { _ in
-                    cancel()
-                    finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
-                }
-            }
-            switch client.sender {
-            case .dispatcher(let dispatcher):
-                let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
-                // Unstructured and detached: the dispatcher is the app's
-                // code, which never runs on the database queue; the queue
-                // reads the next batch meanwhile. It answers through `finish`.
-                Task.detached {
-                    dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
-                    watch({})
-                }
-            case .transport(let transport):
-                let compressed = stored?.compressed ?? false
-                if stored != nil || !compress, let callback = client.callbackTransport,
-                    let request = client.immediateRequest(
-                        url: url, body: stored?.body ?? batch.body, compressed: compressed, eventCount: batch.count,
-                        tag: tag)
-                {
-                    // Nothing to do off the database queue (the body is
-                    // final, no header provider): sent from here, and the
-                    // answer comes back with one hop.
-                    watch(callback.send(request) { finish(UploadClient.answer($0, compressed: compressed)) })
-                } else if let stored {
-                    let task = Task {
-                        finish(
-                            await client.exchangeStored(
-                                through: transport, url: url, body: stored.body, compressed: stored.compressed,
-                                eventCount: batch.count, tag: tag))
-                    }
-                    watch { task.cancel() }
-                } else {
-                    // A task, not structured work: gzip and the header provider
-                    // run off the database queue, and a transport that ignores
-                    // cancellation must not hold the uploader past its timeout.
-                    let task = Task {
-                        finish(
-                            await client.exchange(
-                                through: transport, url: url, body: batch.body, eventCount: batch.count,
-                                compress: compress, tag: tag))
-                    }
-                    watch { task.cancel() }
-                }
-            }
-            // The request is out (or answered already).
-            meanwhile()
-        }
-        inFlightAbandon.withLock { $0 = nil }
+        let request = startExchange(batch, compress: compress, stored: stored)
+        meanwhile()
+        return await answer(to: request)
+    }
+
+    /// Waits for the answer to `request` (or its timeout, or its abandon).
+    func answer(to request: InFlightRequest) async -> Exchange {
+        let answer = await request.answer()
+        inFlightAbandon.withLock { $0[ObjectIdentifier(request)] = nil }
         let compressed: Bool
         if case .response(_, let gzipped) = answer {
             compressed = gzipped
         } else {
-            compressed = stored?.compressed ?? compress
+            compressed = request.compressed
         }
-        let duration = max(0, now - sentAt)
+        let duration = max(0, now - request.sentAt)
         return Exchange(
-            answer: answer, compressed: compressed, duration: duration, sentAt: Date(timeIntervalSince1970: sentAt))
+            answer: answer, compressed: compressed, duration: duration,
+            sentAt: Date(timeIntervalSince1970: request.sentAt))
+    }
+
+    /// Sends `batch` (``exchange(_:compress:stored:meanwhile:)``) without
+    /// waiting for its answer.
+    func startExchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil) -> InFlightRequest {
+        let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
+        let tag = stored?.tag ?? nextTag(for: batch)
+        let request = InFlightRequest(sentAt: now, compressed: stored?.compressed ?? compress)
+        let finish: @Sendable (UploadClient.Answer) -> Void = { request.finish($0) }
+        let sender: String
+        if case .dispatcher = client.sender { sender = "dispatcher" } else { sender = "transport" }
+        // Once the request is out: unless it was answered at once (then it
+        // needs neither a way to abandon it nor a timer), `stop` is what
+        // stops it early, the app's suspension abandons it, and the dispatch
+        // timeout gives up on it.
+        let watch: @Sendable (@escaping @Sendable () -> Void) -> Void = { [inFlightAbandon, log] stop in
+            guard request.watch(stop) else { return }
+            inFlightAbandon.withLock { abandon in
+                abandon[ObjectIdentifier(request)] = {
+                    request.stop()
+                    finish(.failed("abandoned: the app was about to be suspended"))
+                }
+            }
+            // A dispatch timer: it touches no database state, so it fires
+            // while suspended without asking for a background window.
+            log.database.timer(after: timeout) { _ in
+                request.stop()
+                finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
+            }
+        }
+        switch client.sender {
+        case .dispatcher(let dispatcher):
+            let event = EventForDispatch(url: url, body: batch.body, eventCount: batch.count)
+            // Unstructured and detached: the dispatcher is the app's code,
+            // which never runs on the database queue; the queue reads the
+            // next batch meanwhile. It answers through `finish`.
+            Task.detached {
+                dispatcher.dispatchEvent(event: event) { finish(UploadClient.answer($0)) }
+                watch({})
+            }
+        case .transport(let transport):
+            let compressed = stored?.compressed ?? false
+            if stored != nil || !compress, let callback = client.callbackTransport,
+                let immediate = client.immediateRequest(
+                    url: url, body: stored?.body ?? batch.body, compressed: compressed, eventCount: batch.count,
+                    tag: tag)
+            {
+                // Nothing to do off the database queue (the body is final, no
+                // header provider): sent from here, and the answer comes back
+                // with one hop.
+                watch(callback.send(immediate) { finish(UploadClient.answer($0, compressed: compressed)) })
+            } else if let stored {
+                let task = Task {
+                    finish(
+                        await client.exchangeStored(
+                            through: transport, url: url, body: stored.body, compressed: stored.compressed,
+                            eventCount: batch.count, tag: tag))
+                }
+                watch { task.cancel() }
+            } else {
+                // A task, not structured work: gzip and the header provider
+                // run off the database queue, and a transport that ignores
+                // cancellation must not hold the uploader past its timeout.
+                let task = Task {
+                    finish(
+                        await client.exchange(
+                            through: transport, url: url, body: batch.body, eventCount: batch.count,
+                            compress: compress, tag: tag))
+                }
+                watch { task.cancel() }
+            }
+        }
+        return request
     }
 }

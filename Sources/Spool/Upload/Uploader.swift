@@ -25,6 +25,8 @@ actor Uploader {
         var batchSize: Int
         var timerInterval: TimeInterval
         var retry: RetryPolicy
+        /// Requests in flight at once (``EngineConfiguration/maximumConcurrentRequests``).
+        var concurrentRequests = 1
         /// A dispatcher that has not answered after this long has failed (its
         /// late answer is ignored).
         var dispatchTimeout: TimeInterval = 60
@@ -65,9 +67,9 @@ actor Uploader {
     /// The engine's name in the lease column.
     let owner: String
     nonisolated let signals = Protected(Signals())
-    /// Gives up on the request in flight, if any (the app is about to be
+    /// Gives up on each request in flight (the app is about to be
     /// suspended): it is answered as failed and its events stay queued.
-    nonisolated let inFlightAbandon = Protected<(@Sendable () -> Void)?>(nil)
+    nonisolated let inFlightAbandon = Protected<[ObjectIdentifier: @Sendable () -> Void]>([:])
     /// How the read ahead of the next batch went (``PipelineCounts``).
     nonisolated let pipeline = Protected(PipelineCounts())
 
@@ -194,10 +196,10 @@ actor Uploader {
         for batchID in handedOff { transferFiles?.delete(only: batchID) }
     }
 
-    /// The app is about to be suspended: stop waiting for the request in
-    /// flight (its answer is ignored; its events stay queued and are sent
-    /// again later, at least once).
+    /// The app is about to be suspended: stop waiting for the requests in
+    /// flight (their answers are ignored; their events stay queued and are
+    /// sent again later, at least once).
     nonisolated func abandonInFlightFromAnyThread() {
-        inFlightAbandon.withLock { $0 }?()
+        for abandon in inFlightAbandon.withLock({ $0.values }) { abandon() }
     }
 }
