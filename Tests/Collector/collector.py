@@ -400,6 +400,8 @@ class Handler(BaseHTTPRequestHandler):
                 finish(None)
                 self.close_connection = True
                 return
+            if 200 <= status < 300:
+                self.take(entry, ids, headers)
             finish(status)
             return self.answer(status, b"released")
         if mode == "redirect":
@@ -452,15 +454,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(settings["status"], b"collector says no", retry_after(settings))
         if fmt == "kafka":
             return self.kafka_produce(entry, ids, settings)
-        key = headers.get("idempotency-key")
-        with lock:
-            duplicate = key is not None and key in taken_keys
-            if key is not None:
-                taken_keys.add(key)
-        if duplicate:
-            entry["duplicate"] = True
-        else:
-            entry["accepted"] = [i for i in ids if i is not None]
+        self.take(entry, ids, headers)
         with lock:
             losing = [i for i in ids if state["lose_ids"].get(i, 0) > 0]
             for event_id in losing:
@@ -475,6 +469,19 @@ class Handler(BaseHTTPRequestHandler):
         if fmt == "segment":
             return self.answer(200, b'{"success":true}', content_type="application/json")
         return self.answer(200, b"{}")
+
+    @staticmethod
+    def take(entry, ids, headers):
+        """Takes the request's events, unless its Idempotency-Key was taken."""
+        key = headers.get("idempotency-key")
+        with lock:
+            duplicate = key is not None and key in taken_keys
+            if key is not None:
+                taken_keys.add(key)
+        if duplicate:
+            entry["duplicate"] = True
+        else:
+            entry["accepted"] = [i for i in ids if i is not None]
 
     def kafka_produce(self, entry, ids, settings):
         """A 200 with one offsets entry per record, errors per record."""

@@ -211,6 +211,11 @@ final class InFlightRequest: Sendable {
         }
     }
 
+    /// Whether an answer came.
+    var isAnswered: Bool {
+        state.withLock { $0.answered }
+    }
+
     /// Stops the request, if it is still out.
     func stop() {
         state.withLock { $0.stop }?()

@@ -236,6 +236,8 @@ extension Uploader {
                     finish(.failed("abandoned: the app was about to be suspended"))
                 }
             }
+            // Answered meanwhile: `answer(to:)` may have let go of it already.
+            if request.isAnswered { inFlightAbandon.withLock { $0[ObjectIdentifier(request)] = nil } }
             // A dispatch timer: it touches no database state, so it fires
             // while suspended without asking for a background window.
             log.database.timer(after: timeout) { _ in
