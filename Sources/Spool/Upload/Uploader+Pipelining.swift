@@ -237,18 +237,19 @@ final class InFlightRequest: Sendable {
         waiter?.resume(returning: answer)
     }
 
-    /// Waits for the answer. Called once.
-    func answer() async -> UploadClient.Answer {
-        await withCheckedContinuation { continuation in
-            let answer = state.withLock { state -> UploadClient.Answer? in
-                guard let answer = state.answer else {
-                    state.waiter = continuation
-                    return nil
-                }
-                state.answer = nil
-                return answer
+    /// Resumes `waiter` with the answer, now or once it comes. Called
+    /// once, from the waiter's own `withCheckedContinuation`: an `async`
+    /// method here would run off the caller's executor, a hop off the
+    /// database queue and back for every request.
+    func deliver(to waiter: CheckedContinuation<UploadClient.Answer, Never>) {
+        let answer = state.withLock { state -> UploadClient.Answer? in
+            guard let answer = state.answer else {
+                state.waiter = waiter
+                return nil
             }
-            if let answer { continuation.resume(returning: answer) }
+            state.answer = nil
+            return answer
         }
+        if let answer { waiter.resume(returning: answer) }
     }
 }

@@ -201,7 +201,7 @@ extension Uploader {
 
     /// Waits for the answer to `request` (or its timeout, or its abandon).
     func answer(to request: InFlightRequest) async -> Exchange {
-        let answer = await request.answer()
+        let answer = await withCheckedContinuation { request.deliver(to: $0) }
         inFlightAbandon.withLock { $0[ObjectIdentifier(request)] = nil }
         let compressed: Bool
         if case .response(_, let gzipped) = answer {
