@@ -147,4 +147,33 @@ struct ConcurrentUploadTests {
             "sent again under another key")
         await again.close()
     }
+
+    @Test(
+        "W6: a Kafka REST answer that settles its batch per record leaves the batches sent beside it next: nothing is written twice",
+        arguments: [1, 2, 3])
+    func perRecordAnswerKeepsTheWindow(concurrentRequests: Int) async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        try await collector.control(["format": "kafka"])
+        var configuration = uploadingConfiguration(
+            directory, collector: collector, batchSize: 10, format: .kafkaREST,
+            request: UploadRequestOptions(compression: .identity))
+        configuration.maximumConcurrentRequests = concurrentRequests
+        let engine = EventEngine(configuration: configuration)
+        try await engine.start()
+        try await engine.pauseUploads()
+        let ids = try recordEvents(engine, 59, parameters: UploadFormatTests.parameters)
+        try await engine.settle()
+        // The first batch's answer refuses one record for good and takes the rest.
+        try await collector.control(["record_errors": [ids[2]: ["code": 50002]]])
+        try await engine.resumeUploads()
+        try await flushUntilDone(engine)
+
+        let taken = collector.acceptedIDs().filter(Set(ids).contains)
+        #expect(taken.sorted() == ids.filter { $0 != ids[2] }.sorted(), "an event written twice, or never")
+        let statistics = try await engine.uploadStatistics()
+        #expect(statistics.deadLettered == 1 && statistics.pending == 0, "\(statistics)")
+        #expect(PipelinedUploadTests.delivered(collector).count == Set(PipelinedUploadTests.delivered(collector)).count)
+        await engine.close()
+    }
 }

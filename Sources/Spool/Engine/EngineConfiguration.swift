@@ -90,12 +90,13 @@ public struct EngineConfiguration: Sendable {
     /// ``maximumConcurrentRequestsLimit``), the next batches are sent while
     /// the request before them is answered, so a backlog drains in fewer
     /// round trips, and arrival order is given up: a request may arrive
-    /// before the one ahead of it, and when that one is not accepted whole,
-    /// the batches sent beside it are sent again after it, under the same
-    /// `Idempotency-Key`. A collector that does not deduplicate on that key
-    /// (a Kafka REST proxy, which also answers per record) or a dispatcher of
-    /// your own receives those batches twice. Answers are still settled in
-    /// log order. 0 or less is 1.
+    /// before the one ahead of it, and when that one is not accepted whole
+    /// (a retry, a refusal, a per-record answer that leaves records for a
+    /// retry), the batches sent beside it are sent again after it, under
+    /// the same `Idempotency-Key`. A collector that does not deduplicate on
+    /// that key (a Kafka REST proxy) or a dispatcher of your own receives
+    /// those batches twice. Answers are still settled in log order. 0 or
+    /// less is 1.
     public var maximumConcurrentRequests = 1
     /// Seconds between timed uploads of whatever is pending. Default 60; 0
     /// uploads as soon as events are committed; negative uses the default.

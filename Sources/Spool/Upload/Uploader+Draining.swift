@@ -50,6 +50,9 @@ extension Uploader {
         var uploaded: (first: Int64, last: Int64)?
         // The hand-off whose events `uploaded` are: deleted with the save.
         var settled: String?
+        // The last event of a batch settled whole here, per event: the
+        // batches read ahead of it are still next.
+        var settledThrough: Int64?
         // `pauses`: erasure, a consent withdrawal or a pause waits for the
         // requests in flight only.
         while schedule.passMayContinue {
@@ -70,7 +73,8 @@ extension Uploader {
                 return try saveAndEnd(uploaded, settled)
             case .refuse(let reason): throw SpoolError.uploadDeferred(reason: reason)
             }
-            let ready = try await takePrepared(&window, after: uploaded)
+            let ready = try await takePrepared(&window, after: uploaded?.last ?? settledThrough)
+            settledThrough = nil
             let step: Step
             if let ready {
                 step = .batch(ready.batch)  // `uploaded` is saved by the next read
@@ -109,10 +113,11 @@ extension Uploader {
                 let ahead =
                     uploaded != nil || signals.withLock({ $0.head }) > readFrom
                     ? ReadAhead(after: batch.last, saving: uploaded, handoff: settled) : nil
-                let accepted = try await send(
+                let sent = try await send(
                     batch, gzipped: ready?.gzipped, request: ready?.request, preparing: ahead, window: &window)
                 if ahead != nil { (uploaded, settled) = (nil, nil) }
-                if accepted { uploaded = (batch.first, batch.last) }
+                if sent.accepted { uploaded = (batch.first, batch.last) }
+                if sent.settledWhole { settledThrough = batch.last }
             }
         }
         await discardWindow(&window)

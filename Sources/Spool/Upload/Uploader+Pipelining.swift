@@ -9,8 +9,8 @@ import SpoolStorage
 ///
 /// By default one request is in flight at a time, so the collector receives
 /// events in log order. The batch read ahead is sent only when the answer
-/// leaves it next: the request before it was accepted whole, the file is the
-/// one it was read from, and the database says that none of its events has
+/// leaves it next: the request before it was accepted whole (or settled
+/// whole here, per event), the file is the one it was read from, and the database says that none of its events has
 /// passed (the queue bound, an erasure in another process), that uploads are
 /// not paused and that the lease is still this engine's for a whole request.
 /// Anything else — a retry, a bisection, dead letters, a refusal of the
@@ -110,16 +110,14 @@ extension Uploader {
     }
 
     /// Takes the first batch of `window` if it is still the next batch to
-    /// send after `uploaded` (the batch whose request was accepted whole),
-    /// checking in the database that none of its events has passed, that
+    /// send after `last`, the end of the batch before it (accepted whole, or
+    /// settled whole here, per event), checking in the database that none of its events has passed, that
     /// uploads are not paused and that the lease is this engine's for a
     /// whole request more. Otherwise the whole window is discarded (its
     /// requests in flight answered first), and nil says: read the next batch.
-    func takePrepared(_ window: inout [Prepared], after uploaded: (first: Int64, last: Int64)?) async throws
-        -> Prepared?
-    {
+    func takePrepared(_ window: inout [Prepared], after last: Int64?) async throws -> Prepared? {
         guard let ready = window.first else { return nil }
-        guard let uploaded, ready.after == uploaded.last, ready.batch.first > uploaded.last,
+        guard let last, ready.after == last, ready.batch.first > last,
             ready.generation == readGeneration,
             ready.generation == log.database.fileGeneration, !(handoffs?.wanted() ?? false)
         else {
@@ -163,10 +161,15 @@ extension Uploader {
         }
     }
 
-    /// Whether `exchanged` is the collector's acceptance of all of `batch`.
-    func acceptsWhole(_ exchanged: Exchange, _ batch: UploadBatch) -> Bool {
-        if case .accepted = read(exchanged.answer, eventCount: batch.count) { return true }
-        return false
+    /// Whether the batches read ahead of `batch` may still go next after
+    /// `exchanged`: the collector accepted all of it, or answered per event
+    /// (if that leaves any event for a retry, the pass backs off and they
+    /// are discarded then).
+    func keepsWindow(_ exchanged: Exchange, _ batch: UploadBatch) -> Bool {
+        switch read(exchanged.answer, eventCount: batch.count) {
+        case .accepted, .perEvent: true
+        default: false
+        }
     }
 
     /// A batch read ahead that is not sent as read.

@@ -18,21 +18,25 @@ extension Uploader {
     /// batch's own gzip is still running, before it goes — and gzipped on
     /// another thread, or sent at once when more than one request may be in
     /// flight; the answer is acted on once that read is done, so the
-    /// database sees the saves in log order. An answer that is not an
-    /// acceptance of the whole batch is acted on once the requests sent
-    /// beside it are answered and discarded.
+    /// database sees the saves in log order. An answer that neither accepts
+    /// the whole batch nor settles it per event is acted on once the
+    /// requests sent beside it are answered and discarded.
     ///
     /// - Parameters:
     ///   - gzipped: the body being gzipped already (a batch read ahead).
     ///   - request: the request carrying `batch`, when it went already.
-    /// - Returns: true when the collector took the whole batch (its position
-    ///   is saved with the next read); false when it was settled here.
+    /// - Returns: `accepted`: the collector took the whole batch (its
+    ///   position is saved with the next read). `settledWhole`: not
+    ///   accepted, but every event was settled here, per event, and the
+    ///   position is past the batch, so the batches read ahead are still
+    ///   next. Both false: settled here some other way (a bisection, a dead
+    ///   letter), the window discarded.
     /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued;
     ///   the read ahead's error once the answer is acted on.
     func send(
         _ batch: UploadBatch, gzipped: GzipJob? = nil, request: InFlightRequest? = nil,
         preparing ahead: ReadAhead? = nil, window: inout [Prepared]
-    ) async throws -> Bool {
+    ) async throws -> (accepted: Bool, settledWhole: Bool) {
         var reading: Result<Void, any Error> = .success(())
         var toRead = ahead
         var compress = compresses
@@ -58,7 +62,7 @@ extension Uploader {
                 if let late = toRead { reading = Result { try fill(&window, late) } }
             }
         }
-        if !window.isEmpty, !acceptsWhole(exchanged, batch) { await discardWindow(&window) }
+        if !window.isEmpty, !keepsWindow(exchanged, batch) { await discardWindow(&window) }
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
             response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
         {
@@ -81,7 +85,9 @@ extension Uploader {
             throw error
         }
         try reading.get()
-        return accepted
+        // Not accepted and nothing thrown with the window kept: a per-event
+        // answer settled every event (none is left for a retry).
+        return (accepted, !accepted && !window.isEmpty)
     }
 
     /// Acts on the answer to `batch`'s request. With `handoff` (the batch
