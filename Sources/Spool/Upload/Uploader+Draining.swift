@@ -38,6 +38,7 @@ extension Uploader {
             await discardWindow(&window)
             throw error
         }
+        await discardWindow(&window)
     }
 
     private func drain(force: Bool, window: inout [Prepared]) async throws {

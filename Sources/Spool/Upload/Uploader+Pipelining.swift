@@ -10,9 +10,10 @@ import SpoolStorage
 /// By default one request is in flight at a time, so the collector receives
 /// events in log order. The batch read ahead is sent only when the answer
 /// leaves it next: the request before it was accepted whole (or settled
-/// whole here, per event), the file is the one it was read from, and the database says that none of its events has
-/// passed (the queue bound, an erasure in another process), that uploads are
-/// not paused and that the lease is still this engine's for a whole request.
+/// whole here, per event), the file is the one it was read from, and the
+/// database says that none of its events has passed (the queue bound, an
+/// erasure in another process), that uploads are not paused and that the
+/// lease is still this engine's for a whole request.
 /// Anything else — a retry, a bisection, dead letters, a refusal of the
 /// request, `stop()`, a pause, a consent withdrawal, an erasure, another
 /// process's lease — discards it, and the next batch is read again from the
@@ -111,9 +112,9 @@ extension Uploader {
 
     /// Takes the first batch of `window` if it is still the next batch to
     /// send after `last`, the end of the batch before it (accepted whole, or
-    /// settled whole here, per event), checking in the database that none of its events has passed, that
-    /// uploads are not paused and that the lease is this engine's for a
-    /// whole request more. Otherwise the whole window is discarded (its
+    /// settled whole here, per event), checking in the database that none
+    /// of its events has passed, that uploads are not paused and that the
+    /// lease is this engine's for a whole request more. Otherwise the whole window is discarded (its
     /// requests in flight answered first), and nil says: read the next batch.
     func takePrepared(_ window: inout [Prepared], after last: Int64?) async throws -> Prepared? {
         guard let ready = window.first else { return nil }
@@ -155,7 +156,7 @@ extension Uploader {
             guard let request = prepared.request else { continue }
             let exchanged = await answer(to: request)
             counters.requests += 1
-            var detail = "sent beside a request that was not accepted whole; its events are sent again after it"
+            var detail = "not settled: it went before the answer that would have let it go; its events are sent again"
             if case .failed(let reason) = exchanged.answer { detail = reason + "; " + detail }
             note(prepared.batch, exchanged, .retried, detail: detail)
         }
