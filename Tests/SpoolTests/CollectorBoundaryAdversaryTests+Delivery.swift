@@ -33,8 +33,8 @@ extension CollectorBoundaryAdversaryTests {
         return (engine, ids)
     }
 
-    /// How many 2xx answers each id got (a request held by mode "hold" and
-    /// released with 200 has no `accepted` list in the log, yet arrived).
+    /// How many 2xx answers each id got (a batch sent again under its
+    /// Idempotency-Key counts each time it arrived).
     static func timesAccepted(_ collector: TestCollector) -> [String: Int] {
         collector.requests().filter { ($0.status ?? 0) / 100 == 2 }.flatMap(\.ids)
             .reduce(into: [:]) { $0[$1, default: 0] += 1 }
@@ -103,6 +103,31 @@ extension CollectorBoundaryAdversaryTests {
     }
 
     @Test(
+        "C5, W5: dead letters put back while uploads are paused, with a batch due: no crash, nothing goes until resumeUploads(), then each arrives once"
+    )
+    func requeueWhilePaused() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        let (engine, ids) = try await Self.engineWithDeadLetters(directory, collector, count: 9, bad: [0, 1, 2, 3, 4])
+        try await engine.pauseUploads()
+        // With the 5 put back, more than a batch (100) is pending: the
+        // requeue's commit calls for a flush, and finds uploads paused.
+        let queued = try recordEvents(engine, 97, prefix: "queued")
+        try await engine.settle()
+        let sent = collector.requests().count
+        #expect(try await engine.requeueDeadLetters() == 5)
+        #expect(try await engine.uploadStatistics().paused)
+        try await engine.resumeUploads()
+        try await flushUntilDone(engine)
+        let later = collector.requests().dropFirst(sent)
+        let times = later.filter { ($0.status ?? 0) / 100 == 2 }.flatMap(\.ids).reduce(into: [:]) {
+            $0[$1, default: 0] += 1
+        }
+        #expect((Array(ids.prefix(5)) + queued).allSatisfy { times[$0] == 1 }, "each put back and queued event once")
+        await engine.close()
+    }
+
+    @Test(
         "C5: dead letters put back up to the bound push no queued event out; back in the queue, they count toward the bound like any event"
     )
     func requeueFillingTheBound() async throws {
@@ -110,14 +135,17 @@ extension CollectorBoundaryAdversaryTests {
         let collector = try await TestCollector(directory)
         let (engine, ids) = try await Self.engineWithDeadLetters(
             directory, collector, count: 9, bad: [0, 1, 2, 3, 4], maximumRetainedEvents: 100)
-        try await collector.control(["mode": "status", "status": 503])
+        // Nothing goes while the queue fills: a request in flight when the
+        // bound drops its oldest event would still deliver it (counted as
+        // dropped, C4).
+        try await engine.pauseUploads()
         let queued = try recordEvents(engine, 95, prefix: "queued")  // room for 5 more
         try await engine.settle()
         #expect(try await engine.requeueDeadLetters() == 5)
         #expect(try await engine.uploadStatistics().dropped == 0, "the requeue itself drops nothing")
         let next = try recordEvents(engine, 1, prefix: "next")
         try await engine.settle()
-        try await collector.control(["mode": "ok"])
+        try await engine.resumeUploads()
         _ = await Self.flushes(engine, 5)
         let times = Self.timesAccepted(collector)
         let lostQueued = queued.filter { times[$0] == nil }

@@ -97,17 +97,20 @@ extension EventEngine {
         try await SpoolError.bridgingAsync {
             // In the background the database is suspended: wake it for this.
             try await withDatabaseAwake {
-                let result = try await log.database.run {
-                    try $0.requeueDeadLetters(status: status, reasonContaining: reason, maximumRetained: bound)
+                let result = try await log.database.run { connection in
+                    let result = try connection.requeueDeadLetters(
+                        status: status, reasonContaining: reason, maximumRetained: bound)
+                    // As a commit tells it, on the database queue: with
+                    // uploads paused it asks the database whether they
+                    // still are.
+                    if result.count > 0 { uploader.committed(head: result.head) }
+                    return result
                 }
                 requeued.withLock { $0 = result }
             }
         }
-        let (count, head) = requeued.withLock { $0 }
-        if count > 0 {
-            uploader.committed(head: head)
-            uploader.requestFlushFromAnyThread()
-        }
+        let count = requeued.withLock { $0.count }
+        if count > 0 { uploader.requestFlushFromAnyThread() }
         return count
     }
 
