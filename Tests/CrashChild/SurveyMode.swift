@@ -10,9 +10,12 @@ let surveyModeCounts = [1, 5, 20, 50, 100, 200, 400, 800]
 /// forever (amounts going round 0–99), each with its marker in the "id"
 /// parameter. Prints "READY" once started, "TRIGGER <survey> <marker>" for
 /// every trigger and "ACK <marker>" for every 20th purchase once it is
-/// durable. The crash tests SIGKILL it at random moments.
+/// durable. The crash tests SIGKILL it at random moments. Neither the log
+/// nor the history is bounded: the test checks every kept value against
+/// every event, however many the runs record.
 func runSurveys(_ url: URL, tag: String) async throws {
-    let engine = EventEngine(configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil))
+    let engine = EventEngine(
+        configuration: EngineConfiguration(database: .file(url), maximumRetainedEvents: nil, maximumHistoryRows: nil))
     for count in surveyModeCounts {
         try engine.surveys.register(
             Survey(

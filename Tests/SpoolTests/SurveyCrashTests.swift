@@ -78,7 +78,10 @@ struct SurveyCrashTests {
             }
         }
         // The next launch reads the same counts.
-        let engine = try await startedEngine(directory) { $0.maximumRetainedEvents = nil }
+        let engine = try await startedEngine(directory) {
+            $0.maximumRetainedEvents = nil
+            $0.maximumHistoryRows = nil
+        }
         try engine.surveys.register(Survey(id: "keeper", historyProperties: ["purchase": ["amount"]]))
         #expect(
             try await engine.surveys.evaluate(
