@@ -162,12 +162,12 @@ extension Uploader {
         }
     }
 
-    /// Whether the batches read ahead of `batch` may still go next after
-    /// `exchanged`: the collector accepted all of it, or answered per event
-    /// (if that leaves any event for a retry, the pass backs off and they
-    /// are discarded then).
-    func keepsWindow(_ exchanged: Exchange, _ batch: UploadBatch) -> Bool {
-        switch read(exchanged.answer, eventCount: batch.count) {
+    /// Whether the batches read ahead of a batch may still go next after
+    /// the answer to it, read as `reading`: the collector accepted all of
+    /// it, or answered per event (if that leaves any event for a retry, the
+    /// pass backs off and they are discarded then).
+    static func keepsWindow(_ reading: Reading) -> Bool {
+        switch reading {
         case .accepted, .perEvent: true
         default: false
         }

@@ -37,7 +37,7 @@ extension Uploader {
         _ batch: UploadBatch, gzipped: GzipJob? = nil, request: InFlightRequest? = nil,
         preparing ahead: ReadAhead? = nil, window: inout [Prepared]
     ) async throws -> (accepted: Bool, settledWhole: Bool) {
-        var reading: Result<Void, any Error> = .success(())
+        var filled: Result<Void, any Error> = .success(())
         var toRead = ahead
         var compress = compresses
         var stored: StoredBody?
@@ -45,7 +45,7 @@ extension Uploader {
             // Its gzip still runs: the next batch is read meanwhile.
             if !gzipped.isDone, let early = toRead {
                 toRead = nil
-                reading = Result { try fill(&window, early) }
+                filled = Result { try fill(&window, early) }
             }
             // Taken on this thread: gzipped here if the other thread has not
             // started it, else waited for (see GzipJob).
@@ -55,14 +55,15 @@ extension Uploader {
         }
         var exchanged: Exchange
         if let request {
-            if let late = toRead { reading = Result { try fill(&window, late) } }
+            if let late = toRead { filled = Result { try fill(&window, late) } }
             exchanged = await answer(to: request)
         } else {
             exchanged = await exchange(batch, compress: compress, stored: stored) {
-                if let late = toRead { reading = Result { try fill(&window, late) } }
+                if let late = toRead { filled = Result { try fill(&window, late) } }
             }
         }
-        if !window.isEmpty, !keepsWindow(exchanged, batch) { await discardWindow(&window) }
+        var reading = read(exchanged.answer, eventCount: batch.count)
+        if !window.isEmpty, !Self.keepsWindow(reading) { await discardWindow(&window) }
         if negotiatesCompression, !gzipTaken, exchanged.compressed, case .response(let response, _) = exchanged.answer,
             response.status == 400 || (response.status == 415 && !Self.acceptsGzip(response))
         {
@@ -73,18 +74,19 @@ extension Uploader {
             note(batch, exchanged, .retried, detail: UploadVerdict.describe(response) + "; sent again uncompressed")
             compress = false
             exchanged = await exchange(batch, compress: false)
+            reading = read(exchanged.answer, eventCount: batch.count)
             if case .response(let plain, _) = exchanged.answer, (200..<300).contains(plain.status) {
                 try learnGzipRefused(status: response.status)
             }
         }
         let accepted: Bool
         do {
-            accepted = try await act(on: exchanged, for: batch, compress: compress)
+            accepted = try await act(on: exchanged, for: batch, compress: compress, reading: reading)
         } catch {
             await discardWindow(&window)
             throw error
         }
-        try reading.get()
+        try filled.get()
         // Not accepted and nothing thrown with the window kept: a per-event
         // answer settled every event (none is left for a retry).
         return (accepted, !accepted && !window.isEmpty)
@@ -94,13 +96,16 @@ extension Uploader {
     /// the system was given), the hand-off ends where the events are
     /// settled here, and stays, to be sent again, where they stay queued.
     ///
+    /// `reading`: the answer read already (``read(_:eventCount:)``).
+    ///
     /// - Returns: true when the collector took the whole batch (its position
     ///   is saved with the next read); false when it was settled here.
     /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued.
-    func act(on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil)
-        async throws -> Bool
-    {
-        let reading = read(exchanged.answer, eventCount: batch.count)
+    func act(
+        on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil,
+        reading: Reading? = nil
+    ) async throws -> Bool {
+        let reading = reading ?? read(exchanged.answer, eventCount: batch.count)
         counters.requests += 1
         if let handoff {
             switch reading {
