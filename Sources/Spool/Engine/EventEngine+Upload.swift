@@ -17,8 +17,10 @@ extension EventEngine {
     ///   take it all (the rest stays queued and is retried with backoff);
     ///   ``SpoolError/notStarted`` before `start()`; ``SpoolError/suspended``
     ///   in the background when the OS grants no time, or while the device is
-    ///   locked with ``FileProtection/complete`` (nothing was sent). Without a
-    ///   `collectorURL`, returns at once.
+    ///   locked with ``FileProtection/complete`` (nothing was sent), or when
+    ///   the time it granted ran out first (the requests in flight were
+    ///   abandoned; their events stay queued). Without a `collectorURL`,
+    ///   returns at once.
     public func flush() async throws {
         guard state.withLock({ $0.isStarted }) else { throw SpoolError.notStarted }
         guard let uploader = uploaderBox.withLock({ $0 }) else { return }

@@ -120,6 +120,9 @@ public final class EventEngine: Sendable {
         /// report came meanwhile: it runs once more.
         var goingToBackground = false
         var backgroundAgain = false
+        /// Background windows running now, each in time the system granted:
+        /// the database stays awake until the last one ends.
+        var awakeWindows = 0
         /// The platform's lifecycle reports, stopped at close.
         var observation: PlatformObservation?
         /// What start() did with a database file it could not use.
@@ -149,6 +152,12 @@ public final class EventEngine: Sendable {
         /// files cannot be touched.
         func wantsSuspension(_ configuration: EngineConfiguration) -> Bool {
             isStarted && ((inBackground && configuration.suspendsInBackground) || isLockedOut(configuration))
+        }
+
+        /// Whether to suspend the database now: it should be suspended and no
+        /// background window keeps it awake, or the files cannot be touched.
+        func suspendsNow(_ configuration: EngineConfiguration) -> Bool {
+            wantsSuspension(configuration) && (awakeWindows == 0 || isLockedOut(configuration))
         }
 
         /// The device is locked and the files have complete protection: no

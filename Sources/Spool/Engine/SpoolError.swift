@@ -67,8 +67,10 @@ public enum SpoolError: Error, Sendable, Hashable, CustomStringConvertible {
     /// in the background). Nothing was done; call again once the app is
     /// active. Recording and `recordDurably` do not fail this way, and
     /// `flush()` and `requeueDeadLetters()` only when the system grants no
-    /// background time or the device is locked with complete file
-    /// protection: otherwise their work runs in a short background window.
+    /// background time, the device is locked with complete file
+    /// protection, or the time granted runs out before the upload is done
+    /// (its events stay queued): otherwise their work runs in a short
+    /// background window.
     case suspended
     /// The engine or database was closed.
     case closed

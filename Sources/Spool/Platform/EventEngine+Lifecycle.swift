@@ -57,7 +57,13 @@ extension EventEngine {
         case .willEnterForeground, .didBecomeActive: applicationDidBecomeActive()
         case .willResignActive: uploaderBox.withLock { $0 }?.requestFlushFromAnyThread()
         case .protectedDataWillBecomeUnavailable:
-            state.withLock { $0.protectedDataUnavailable = true }
+            let lockedOut = state.withLock { state in
+                state.protectedDataUnavailable = true
+                return state.isLockedOut(configuration)
+            }
+            // Other protection classes keep the file usable: a background
+            // upload under way goes on, and its activity suspends after it.
+            guard lockedOut else { return }
             // Unstructured: the notification is synchronous; the commit in progress finishes first.
             Task { await self.suspendIfWanted() }
         case .protectedDataDidBecomeAvailable:
@@ -76,8 +82,10 @@ extension EventEngine {
     }
 
     /// Resumes the database when nothing wants it suspended (the commits
-    /// buffered meanwhile then run), and goes to the background when the
-    /// app is there and the database is not yet suspended.
+    /// buffered meanwhile then run), goes to the background when the app is
+    /// there and the database is not yet suspended, and suspends it when
+    /// the device is locked with the app in the foreground (locked while
+    /// `start()` opened the file).
     func applyLifecycle() {
         let (log, wanted, background) = state.withLock {
             ($0.log, $0.wantsSuspension(configuration), $0.inBackground && $0.isStarted)
@@ -85,9 +93,9 @@ extension EventEngine {
         guard let log else { return }
         if !wanted {
             log.database.resume()
-        } else if background, !log.database.isSuspended {
-            // Unstructured: called from notifications and start(), which do not wait for the upload.
-            Task { await self.goToBackground() }
+        } else if !log.database.isSuspended {
+            // Unstructured: called from notifications and start(), which do not wait for the file.
+            Task { background ? await self.goToBackground() : await self.suspendIfWanted() }
         }
     }
 
@@ -95,9 +103,9 @@ extension EventEngine {
     /// the suspension holds, and resumes it if not: the app may have come
     /// back while the commit in progress finished.
     private func suspendIfWanted() async {
-        guard let log = state.withLock({ $0.wantsSuspension(configuration) ? $0.log : nil }) else { return }
+        guard let log = state.withLock({ $0.suspendsNow(configuration) ? $0.log : nil }) else { return }
         await log.database.suspend()
-        if !state.withLock({ $0.wantsSuspension(configuration) }) { log.database.resume() }
+        if !state.withLock({ $0.suspendsNow(configuration) }) { log.database.resume() }
     }
 
     /// Uploads what waits, then suspends the database, in one background
@@ -119,14 +127,16 @@ extension EventEngine {
                 on: configuration.platform, "Spool: upload queued events and release the database"
             ) { expiry in
                 guard let log = self.state.withLock({ $0.inBackground ? $0.log : nil }) else { return }
-                if !expiry.isExpired, !self.state.withLock({ $0.isLockedOut(self.configuration) }) {
-                    log.database.resume()  // already suspended (a second notification): upload first
+                guard !expiry.isExpired, !self.state.withLock({ $0.isLockedOut(self.configuration) }) else {
+                    return await self.suspendIfWanted()
+                }
+                // Already suspended (a second notification): upload first.
+                await self.awake(log, until: expiry) {
+                    // Failures are reported by the uploader; the events stay queued.
                     if let uploader = self.uploaderBox.withLock({ $0 }) {
-                        expiry.onExpiry { uploader.abandonInFlightFromAnyThread() }
-                        do { try await uploader.flush() } catch {}  // failures are reported by the uploader; events stay queued
+                        do { try await uploader.flush() } catch {}
                     }
                 }
-                await self.suspendIfWanted()
             }
             let again = state.withLock { state -> Bool in
                 guard state.backgroundAgain else {
@@ -140,28 +150,51 @@ extension EventEngine {
         }
     }
 
-    /// Runs `body` with the database touchable: in a background window when
-    /// it is suspended (then suspended again), directly otherwise.
+    /// Runs `body` with the database touchable: in a background window of
+    /// its own while the app is in the background (the database suspended,
+    /// or awake for another window that may end first), directly otherwise.
     ///
     /// - Throws: ``SpoolError/suspended`` when the device is locked (the
-    ///   files cannot be touched) or the OS grants no background time; what
-    ///   `body` throws.
+    ///   files cannot be touched), the OS grants no background time, or the
+    ///   time runs out before an upload is done; what `body` throws.
     func withDatabaseAwake(_ body: @escaping @Sendable () async throws -> Void) async throws {
-        guard let log = state.withLock({ $0.log }), log.database.isSuspended else { return try await body() }
+        guard
+            let log = state.withLock({ state in
+                state.wantsSuspension(configuration) || state.log?.database.isSuspended == true ? state.log : nil
+            })
+        else { return try await body() }
         guard !state.withLock({ $0.isLockedOut(configuration) }) else { throw SpoolError.suspended }
         let outcome = Promise<Result<Void, any Error>>()
         await BackgroundActivity.run(on: configuration.platform, "Spool: upload queued events") { expiry in
             guard !expiry.isExpired else { return outcome.fulfill(.failure(SpoolError.suspended)) }
-            log.database.resume()
-            do {
-                try await body()
-                outcome.fulfill(.success(()))
-            } catch {
-                outcome.fulfill(.failure(error))
+            await self.awake(log, until: expiry) {
+                do {
+                    try await body()
+                    outcome.fulfill(.success(()))
+                } catch {
+                    outcome.fulfill(.failure(error))
+                }
             }
-            await self.suspendIfWanted()
         }
         try await outcome.value.get()
+    }
+
+    /// Runs `work`, the body of a background activity, with the database
+    /// awake: resumed for it and kept awake while any such window runs,
+    /// then suspended once the last one has ended (if the engine still
+    /// wants it; a device locked with complete protection suspends it at
+    /// once). When the activity's time runs out, the uploader gives up on
+    /// its requests in flight and sends none until this window has ended,
+    /// so that no pass that starts meanwhile sends without time to finish.
+    private func awake(_ log: EventLog, until expiry: BackgroundActivity.Expiry, _ work: () async -> Void) async {
+        let hold = uploaderBox.withLock { $0 }?.backgroundHold()
+        if let hold { expiry.onExpiry { hold.expire() } }
+        state.withLock { $0.awakeWindows += 1 }
+        log.database.resume()
+        await work()
+        state.withLock { $0.awakeWindows -= 1 }
+        await suspendIfWanted()
+        hold?.release()
     }
 
     /// Work arrived while suspended (an app running in the background
@@ -176,9 +209,10 @@ extension EventEngine {
                 on: configuration.platform, "Spool: commit events recorded in the background"
             ) { expiry in
                 guard !expiry.isExpired, !self.state.withLock({ $0.isLockedOut(self.configuration) }) else { return }
-                log.database.resume()
-                do { try await log.waitUntilAllDurable() } catch {}  // failures are reported as diagnostics
-                await self.suspendIfWanted()
+                // The commits may start an upload.
+                await self.awake(log, until: expiry) {
+                    do { try await log.waitUntilAllDurable() } catch {}  // failures are reported as diagnostics
+                }
             }
         }
     }

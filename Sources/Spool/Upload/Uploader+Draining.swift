@@ -58,6 +58,8 @@ extension Uploader {
         // requests in flight only.
         while schedule.passMayContinue {
             guard isAllowed() else { break }  // nothing is uploaded while opted out
+            // The background time ran out: what waits goes out with the next.
+            guard !isOutOfTime else { throw SpoolError.suspended }
             if uploaded == nil, let outcome = try await settleNextReport() {
                 if case .uploaded(let first, let last, let batchID) = outcome {
                     (uploaded, settled) = ((first, last), batchID)

@@ -220,9 +220,12 @@ final class InFlightRequest: Sendable {
         state.withLock { $0.answered }
     }
 
-    /// Stops the request, if it is still out.
-    func stop() {
-        state.withLock { $0.stop }?()
+    /// Gives up on the request: `answer` is its answer (not the failure
+    /// that stopping it brings), and it is stopped.
+    func stop(answering answer: UploadClient.Answer) {
+        let stop = state.withLock { $0.stop }
+        finish(answer)
+        stop?()
     }
 
     /// The first answer is kept; later ones are ignored.

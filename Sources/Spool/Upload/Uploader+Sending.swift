@@ -100,7 +100,9 @@ extension Uploader {
     ///
     /// - Returns: true when the collector took the whole batch (its position
     ///   is saved with the next read); false when it was settled here.
-    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay queued.
+    /// - Throws: ``SpoolError/uploadDeferred(reason:)`` when some must stay
+    ///   queued; ``SpoolError/suspended`` when the request was given up on
+    ///   because the app's background time ran out.
     func act(
         on exchanged: Exchange, for batch: UploadBatch, compress: Bool, handoff: String? = nil,
         reading: Reading? = nil
@@ -137,6 +139,13 @@ extension Uploader {
             if let retry = settled.retry { try backOff(retry, retryAfter: nil, events: settled.left) }
             recovered()
             return false
+        case .transient(let reason, _, _) where reason == Self.abandonedReason:
+            // The app's background time ran out, not the collector: no
+            // backoff, and the events go out with the next pass.
+            note(batch, exchanged, .retried, detail: reason)
+            counters.failedRequests += 1
+            try saveNotes()
+            throw SpoolError.suspended
         case .transient(let reason, let retryAfter, _):
             note(batch, exchanged, .retried, detail: reason)
             try backOff(reason, retryAfter: retryAfter, events: batch.count)
@@ -210,10 +219,13 @@ extension Uploader {
         return await answer(to: request)
     }
 
+    /// The failure a request given up on for the app's suspension gets.
+    static let abandonedReason = "abandoned: the app's background time ran out"
+
     /// Waits for the answer to `request` (or its timeout, or its abandon).
     func answer(to request: InFlightRequest) async -> Exchange {
         let answer = await withCheckedContinuation { request.deliver(to: $0) }
-        inFlightAbandon.withLock { $0[ObjectIdentifier(request)] = nil }
+        inFlight.withLock { $0.abandon[ObjectIdentifier(request)] = nil }
         let compressed: Bool
         if case .response(_, let gzipped) = answer {
             compressed = gzipped
@@ -229,31 +241,37 @@ extension Uploader {
     /// Sends `batch` (``exchange(_:compress:stored:meanwhile:)``) without
     /// waiting for its answer.
     func startExchange(_ batch: UploadBatch, compress: Bool, stored: StoredBody? = nil) -> InFlightRequest {
-        let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
-        let tag = stored?.tag ?? nextTag(for: batch)
         let request = InFlightRequest(sentAt: now, compressed: stored?.compressed ?? compress)
         let finish: @Sendable (UploadClient.Answer) -> Void = { request.finish($0) }
+        let abandon: @Sendable () -> Void = { request.stop(answering: .failed(Self.abandonedReason)) }
+        // The background time ran out: none goes out.
+        if isOutOfTime {
+            abandon()
+            return request
+        }
+        let (client, url, timeout) = (self.client, settings.url, settings.dispatchTimeout)
+        let tag = stored?.tag ?? nextTag(for: batch)
         let sender: String
         if case .dispatcher = client.sender { sender = "dispatcher" } else { sender = "transport" }
         // Once the request is out: unless it was answered at once (then it
         // needs neither a way to abandon it nor a timer), `stop` is what
-        // stops it early, the app's suspension abandons it, and the dispatch
-        // timeout gives up on it.
-        let watch: @Sendable (@escaping @Sendable () -> Void) -> Void = { [inFlightAbandon, log] stop in
+        // stops it early, the app's suspension abandons it (at once when
+        // the time ran out as it went), and the dispatch timeout gives up on
+        // it.
+        let watch: @Sendable (@escaping @Sendable () -> Void) -> Void = { [inFlight, log] stop in
             guard request.watch(stop) else { return }
-            inFlightAbandon.withLock { abandon in
-                abandon[ObjectIdentifier(request)] = {
-                    request.stop()
-                    finish(.failed("abandoned: the app was about to be suspended"))
-                }
+            let outOfTime = inFlight.withLock { requests in
+                if requests.expiredHolds == 0 { requests.abandon[ObjectIdentifier(request)] = abandon }
+                return requests.expiredHolds > 0
             }
+            // Sent as the time ran out: given up on at once.
+            if outOfTime { return abandon() }
             // Answered meanwhile: `answer(to:)` may have let go of it already.
-            if request.isAnswered { inFlightAbandon.withLock { $0[ObjectIdentifier(request)] = nil } }
+            if request.isAnswered { inFlight.withLock { $0.abandon[ObjectIdentifier(request)] = nil } }
             // A dispatch timer: it touches no database state, so it fires
             // while suspended without asking for a background window.
             log.database.timer(after: timeout) { _ in
-                request.stop()
-                finish(.failed("no answer from the \(sender) within \(Int(timeout)) s"))
+                request.stop(answering: .failed("no answer from the \(sender) within \(Int(timeout)) s"))
             }
         }
         switch client.sender {

@@ -67,9 +67,9 @@ actor Uploader {
     /// The engine's name in the lease column.
     let owner: String
     nonisolated let signals = Protected(Signals())
-    /// Gives up on each request in flight (the app is about to be
-    /// suspended): it is answered as failed and its events stay queued.
-    nonisolated let inFlightAbandon = Protected<[ObjectIdentifier: @Sendable () -> Void]>([:])
+    /// The requests in flight, and whether background time ran out
+    /// (``BackgroundHold``).
+    nonisolated let inFlight = Protected(InFlightRequests())
     /// How the read ahead of the next batch went (``PipelineCounts``).
     nonisolated let pipeline = Protected(PipelineCounts())
 
@@ -196,10 +196,57 @@ actor Uploader {
         for batchID in handedOff { transferFiles?.delete(only: batchID) }
     }
 
-    /// The app is about to be suspended: stop waiting for the requests in
-    /// flight (their answers are ignored; their events stay queued and are
-    /// sent again later, at least once).
-    nonisolated func abandonInFlightFromAnyThread() {
-        for abandon in inFlightAbandon.withLock({ $0.values }) { abandon() }
+    /// A hold for one background activity: from the moment its time runs
+    /// out until it ends, the requests in flight are abandoned and no other
+    /// is sent (``BackgroundHold``).
+    nonisolated func backgroundHold() -> BackgroundHold {
+        BackgroundHold(inFlight)
+    }
+
+    /// Whether a background activity's time ran out and it has not ended:
+    /// no request goes out.
+    nonisolated var isOutOfTime: Bool { inFlight.withLock { $0.expiredHolds > 0 } }
+}
+
+/// The requests an uploader has in flight, each with a way to give up on
+/// it, and how many background activities ran out of time and have not
+/// ended yet.
+struct InFlightRequests {
+    var abandon: [ObjectIdentifier: @Sendable () -> Void] = [:]
+    var expiredHolds = 0
+}
+
+/// What a background activity that may upload holds: when its time runs
+/// out (``expire()``), the requests in flight are abandoned (their answers
+/// are ignored; their events stay queued and are sent again later, at
+/// least once), and until the activity ends (``release()``) no request
+/// goes out, so a pass that starts after the expiry cannot send under the
+/// activity's name. Expiring after the release does nothing.
+final class BackgroundHold: Sendable {
+    private let inFlight: Protected<InFlightRequests>
+    private let state = Protected((expired: false, released: false))
+
+    init(_ inFlight: Protected<InFlightRequests>) {
+        self.inFlight = inFlight
+    }
+
+    func expire() {
+        let abandon = state.withLock { state -> [@Sendable () -> Void] in
+            guard !state.expired, !state.released else { return [] }
+            state.expired = true
+            return inFlight.withLock { requests in
+                requests.expiredHolds += 1
+                return Array(requests.abandon.values)
+            }
+        }
+        for abandon in abandon { abandon() }
+    }
+
+    func release() {
+        state.withLock { state in
+            guard !state.released else { return }
+            state.released = true
+            if state.expired { inFlight.withLock { $0.expiredHolds -= 1 } }
+        }
     }
 }
