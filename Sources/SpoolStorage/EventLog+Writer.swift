@@ -248,8 +248,9 @@ extension EventLog {
                     }
                     for index in group.indices where group[index].record.addsToHistory {
                         let millisecond = HistoryMillisecond.of(group[index].record.recordedAt)
+                        // Names by their bytes, as the history's key compares them.
                         if let current = run, current.millisecond == millisecond,
-                            current.name == group[index].record.name
+                            current.name.utf8.elementsEqual(group[index].record.name.utf8)
                         {
                             run?.occurrences += 1
                         } else {
@@ -287,10 +288,37 @@ extension EventLog {
     /// name, property, value and millisecond in the group, in the order
     /// each was first met (ids keep growing with time).
     private func addHistoryValues(of group: ArraySlice<Pending>, _ connection: Connection) throws {
+        // Names, properties and text by their bytes, as SQLite's unique
+        // key on the table compares them.
         struct Key: Hashable {
-            let name: String
-            let entry: HistoryValues.Entry
+            let name: Bytewise
+            let property: Bytewise
+            let value: HistoryValue
             let millisecond: Double
+
+            init(name: String, entry: HistoryValues.Entry, millisecond: Double) {
+                (self.name, property, value) = (Bytewise(name), Bytewise(entry.property), entry.value)
+                self.millisecond = millisecond
+            }
+
+            static func == (left: Key, right: Key) -> Bool {
+                guard left.millisecond == right.millisecond, left.name == right.name, left.property == right.property
+                else { return false }
+                switch (left.value, right.value) {
+                case (.text(let left), .text(let right)): return Bytewise(left) == Bytewise(right)
+                default: return left.value == right.value
+                }
+            }
+
+            func hash(into hasher: inout Hasher) {
+                hasher.combine(name)
+                hasher.combine(property)
+                hasher.combine(millisecond)
+                switch value {
+                case .text(let text): hasher.combine(Bytewise(text))
+                default: hasher.combine(value)
+                }
+            }
         }
         var keys: [Key] = []
         var occurrences: [Key: Int] = [:]
@@ -310,9 +338,9 @@ extension EventLog {
         guard !keys.isEmpty else { return }
         try connection.withStatement(Connection.addHistoryValueSQL) { insert in
             for key in keys {
-                try insert.bind(key.name, at: 1)
-                try insert.bind(key.entry.property, at: 2)
-                try key.entry.value.bind(to: insert, at: 3)
+                try insert.bind(key.name.string, at: 1)
+                try insert.bind(key.property.string, at: 2)
+                try key.value.bind(to: insert, at: 3)
                 try insert.bind(key.millisecond, at: 4)
                 try insert.bind(occurrences[key] ?? 1, at: 5)
                 try insert.step()

@@ -6,12 +6,32 @@ package enum HistoryValue: Sendable, Hashable {
     case real(Double)
     case text(String)
 
-    /// The value as a number, for the numeric comparisons; nil for text.
-    package var number: Double? {
+    /// Whether the value is a number greater than `bound`, compared
+    /// exactly: an integer is not rounded to a double first (past 2^53 it
+    /// would be). False for text and for NaN.
+    package func isGreater(than bound: Double) -> Bool {
         switch self {
-        case .integer(let value): Double(value)
-        case .real(let value): value
-        case .text: nil
+        case .real(let value): return value > bound
+        case .text: return false
+        case .integer(let value):
+            guard !bound.isNaN, bound < 0x1p63 else { return false }
+            guard bound >= -0x1p63 else { return true }
+            // Greater than `bound` exactly when greater than its floor.
+            return value > Int64(bound.rounded(.down))
+        }
+    }
+
+    /// Whether the value is a number less than `bound`, compared exactly
+    /// (see ``isGreater(than:)``). False for text and for NaN.
+    package func isLess(than bound: Double) -> Bool {
+        switch self {
+        case .real(let value): return value < bound
+        case .text: return false
+        case .integer(let value):
+            guard !bound.isNaN, bound >= -0x1p63 else { return false }
+            guard bound < 0x1p63 else { return true }
+            let floor = bound.rounded(.down)
+            return value < Int64(floor) || (value == Int64(floor) && bound != floor)
         }
     }
 

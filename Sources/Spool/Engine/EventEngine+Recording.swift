@@ -145,7 +145,7 @@ extension EventEngine {
             priorityNameLengths & 1 << (name.utf8.count & 63) != 0 && configuration.priorityEventNames.contains(name)
         // Moved, not copied, into the buffer or the waiting queue.
         var record: EventRecord? = EventRecord(
-            name: name, parametersJSON: json, recordedAt: configuration.clock.now, priority: priority,
+            name: name, parametersJSON: json, recordedAt: 0, priority: priority,
             addsToHistory: message.type == .track && ReservedEventName.entersHistory(name),
             type: message.type.rawValue, target: message.target)
         let bytes = record?.bufferedBytes ?? 0
@@ -154,9 +154,12 @@ extension EventEngine {
         // buffer is full, wait for the writer outside the lock and try again.
         while true {
             let accepted = try state.withLock { state in
-                // The identity and context in force, read in the lock that
-                // orders the appends: an event never carries an older one
-                // than an event before it in the log.
+                // The time, the identity and the context in force, read in
+                // the lock that orders the appends: an event never carries
+                // an older identity or context than an event before it in
+                // the log, nor a time before its session's start (a
+                // `thisSession` rule counts from there).
+                record?.recordedAt = configuration.clock.now
                 record?.stamps = identities.current
                 // The values a registered survey's filters read, kept with
                 // the event's occurrence in the history.

@@ -8,8 +8,9 @@ import SpoolStorage
 /// and once the history holds none from the start of the widest window the
 /// group's events open, none of them counts any.
 final class GroupHistoryCounts {
+    /// Names by their bytes, as the history counts them.
     private struct Counted: Hashable {
-        let name: String
+        let name: Bytewise
         let filter: PropertyFilter?
     }
 
@@ -35,7 +36,7 @@ final class GroupHistoryCounts {
     private var settled: [Counted: Settled] = [:]
     /// Each name's occurrences in the group: the most a rule's cap grows by
     /// from one event to another (it adds the occurrences after the event).
-    private let inGroup: [String: Int]
+    private let inGroup: [Bytewise: Int]
     /// The time of the group's earliest event: a window at any event starts
     /// no earlier than the same window at it.
     let earliest: Double
@@ -43,7 +44,7 @@ final class GroupHistoryCounts {
     init(_ connection: Connection, events: [StoredEvent]) {
         self.connection = connection
         inGroup = events.reduce(into: [:]) { counts, event in
-            if LaterOccurrences.entersHistory(event) { counts[event.name, default: 0] += 1 }
+            if LaterOccurrences.entersHistory(event) { counts[Bytewise(event.name), default: 0] += 1 }
         }
         earliest = events.lazy.map(\.recordedAt).min() ?? 0
     }
@@ -55,7 +56,7 @@ final class GroupHistoryCounts {
     /// passes nothing in the widest window, costs no more at the group's
     /// other events.
     func settled(_ cap: Int, of name: String, where filter: PropertyFilter?, since: Double?) -> Int? {
-        guard let settled = settled[Counted(name: name, filter: filter)] else { return nil }
+        guard let settled = settled[Counted(name: Bytewise(name), filter: filter)] else { return nil }
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled.reached, start <= reached.since, reached.count - reached.inGroup >= cap { return cap }
         if let noneFrom = settled.noneFrom, start >= noneFrom { return 0 }
@@ -70,7 +71,7 @@ final class GroupHistoryCounts {
     func count(of name: String, where filter: PropertyFilter?, since: Double?, widest: Double?, cap: Int) throws
         -> Int
     {
-        let counted = Counted(name: name, filter: filter)
+        let counted = Counted(name: Bytewise(name), filter: filter)
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled[counted]?.reached, start <= reached.since, cap <= reached.count { return cap }
         if let widest, settled[counted]?.widestCounted != true {
@@ -89,7 +90,7 @@ final class GroupHistoryCounts {
         // Count far enough for every event of the group at once: counting
         // each event's cap anew would scan the history once per event
         // (seconds per group for a rule on a name with a long history).
-        let extra = inGroup[name, default: 0]
+        let extra = inGroup[counted.name, default: 0]
         let asked = cap > Int.max - extra ? Int.max : cap + extra
         let count = try HistoryAsOf.count(of: name, where: filter, since: since, until: nil, cap: asked, in: connection)
         known[key] = (count, asked)
@@ -108,11 +109,12 @@ final class LaterOccurrences {
     private let events: [StoredEvent]
     /// The events after this index are counted.
     private var index: Int
-    private var counts: [String: Int] = [:]
+    /// By name, compared by its bytes as the history counts it.
+    private var counts: [Bytewise: Int] = [:]
     /// The earliest and latest millisecond among each name's counted events.
-    private var spans: [String: (earliest: Double, latest: Double)] = [:]
+    private var spans: [Bytewise: (earliest: Double, latest: Double)] = [:]
     /// Counted events that pass each filter asked about so far, by name.
-    private var filtered: [String: [PropertyFilter: Int]] = [:]
+    private var filtered: [Bytewise: [PropertyFilter: Int]] = [:]
 
     init(_ events: [StoredEvent]) {
         self.events = events
@@ -125,15 +127,16 @@ final class LaterOccurrences {
         let event = events[index]
         index -= 1
         guard Self.entersHistory(event) else { return }
-        counts[event.name, default: 0] += 1
+        let name = Bytewise(event.name)
+        counts[name, default: 0] += 1
         let millisecond = HistoryMillisecond.of(event.recordedAt)
-        let span = spans[event.name]
-        spans[event.name] = (
+        let span = spans[name]
+        spans[name] = (
             min(span?.earliest ?? millisecond, millisecond), max(span?.latest ?? millisecond, millisecond)
         )
-        if var counts = filtered[event.name] {
+        if var counts = filtered[name] {
             for (filter, count) in counts where Self.passes(event, filter) { counts[filter] = count + 1 }
-            filtered[event.name] = counts
+            filtered[name] = counts
         }
     }
 
@@ -141,15 +144,16 @@ final class LaterOccurrences {
     /// evaluated, from the millisecond of `since` on (nil: all of them), as
     /// the history counts them.
     func count(of name: String, where filter: PropertyFilter?, since: Double?) -> Int {
-        guard let span = spans[name] else { return 0 }
+        let key = Bytewise(name)
+        guard let span = spans[key] else { return 0 }
         if let since, HistoryMillisecond.of(since) > span.earliest {
             // A later event older than the window (a clock set back): count exactly.
             return exactly(name, filter, from: HistoryMillisecond.of(since), to: .infinity)
         }
-        guard let filter else { return counts[name, default: 0] }
-        if let known = filtered[name]?[filter] { return known }
+        guard let filter else { return counts[key, default: 0] }
+        if let known = filtered[key]?[filter] { return known }
         let count = exactly(name, filter, from: -.infinity, to: .infinity)
-        filtered[name, default: [:]][filter] = count
+        filtered[key, default: [:]][filter] = count
         return count
     }
 
@@ -157,16 +161,16 @@ final class LaterOccurrences {
     /// milliseconds from `from` (rounded down to its millisecond) through
     /// `to`.
     func count(of name: String, from: Double, to: Double) -> Int {
-        guard let span = spans[name] else { return 0 }
+        guard let span = spans[Bytewise(name)] else { return 0 }
         let first = HistoryMillisecond.of(from)
-        if first <= span.earliest && span.latest <= to { return counts[name, default: 0] }
+        if first <= span.earliest && span.latest <= to { return counts[Bytewise(name), default: 0] }
         if to < span.earliest || first > span.latest { return 0 }
         return exactly(name, nil, from: first, to: to)
     }
 
     private func exactly(_ name: String, _ filter: PropertyFilter?, from: Double, to: Double) -> Int {
         events[(index + 1)...].reduce(0) { total, event in
-            guard event.name == name, Self.entersHistory(event) else { return total }
+            guard event.name.utf8.elementsEqual(name.utf8), Self.entersHistory(event) else { return total }
             let millisecond = HistoryMillisecond.of(event.recordedAt)
             guard millisecond >= from && millisecond <= to, filter.map({ Self.passes(event, $0) }) ?? true else {
                 return total

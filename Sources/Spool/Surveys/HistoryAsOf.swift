@@ -3,7 +3,9 @@ import SpoolStorage
 /// The history as it stood at one evaluation, and who the user was then:
 /// what survey conditions read, on the database queue.
 ///
-/// At *now* it is everything committed, up to this time. At an event it is
+/// At *now* it is everything committed: counts take every occurrence, also
+/// those stamped later than now by a clock since set back, as the rules
+/// evaluated at those events counted them. At an event it is
 /// read inside the event's commit transaction: the history through the end
 /// of the event's group, less the group's occurrences after the event
 /// (``LaterOccurrences``), so a rule sees the log up to and including its
@@ -70,7 +72,7 @@ struct HistoryAsOf {
     /// ever) up to the evaluation, counting no further than `cap`.
     func count(of name: String, where filter: PropertyFilter?, since: Double?, cap: Int) throws -> Int {
         guard let group else {
-            return try Self.count(of: name, where: filter, since: since, until: time, cap: cap, in: connection)
+            return try Self.count(of: name, where: filter, since: since, until: nil, cap: cap, in: connection)
         }
         if let settled = group.counts.settled(cap, of: name, where: filter, since: since) { return settled }
         let after = group.later.count(of: name, where: filter, since: since)
@@ -116,8 +118,8 @@ struct HistoryAsOf {
             switch filter.match {
             case .greaterThan, .lessThan:
                 // Past the numbers (text sorts after them), or past the bound.
-                guard let number = value.number else { return min(total, cap) }
-                if case .lessThan(let limit) = filter.match, number >= limit { return min(total, cap) }
+                if case .text = value { return min(total, cap) }
+                if case .lessThan(let limit) = filter.match, !value.isLess(than: limit) { return min(total, cap) }
             default: break
             }
             if filter.match.matches(value) {
@@ -156,7 +158,8 @@ struct HistoryAsOf {
             return try connection.historyMilliseconds(of: name, from: from, to: to, latestFirst: latestFirst, limit: 1)
                 .first?.millisecond
         }
-        let theEvent = excludingTheEvent && group.own?.0 == name ? group.own?.1 : nil
+        let own = group.own.map { Bytewise($0.0) == Bytewise(name) } ?? false
+        let theEvent = excludingTheEvent && own ? group.own?.1 : nil
         // Rows whose occurrences all come after the event in its group are
         // skipped; a few at most.
         var limit = 4

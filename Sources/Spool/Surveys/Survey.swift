@@ -43,7 +43,9 @@ public struct Survey: Sendable, Hashable {
     /// events or `flush_event`, so a wildcard survey is not re-triggered by
     /// its own `survey_dismissed`.
     func isCandidate(for eventName: String) -> Bool {
-        Self.mayTrigger(eventName) && (triggerEventNames?.contains(eventName) ?? true)
+        // By bytes, as the history counts the name.
+        Self.mayTrigger(eventName)
+            && (triggerEventNames.map { names in names.contains { $0.utf8.elementsEqual(eventName.utf8) } } ?? true)
     }
 
     /// False for the events that never trigger a survey: the survey

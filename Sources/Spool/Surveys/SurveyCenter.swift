@@ -29,12 +29,14 @@ import SpoolStorage
 /// survives restarts.
 public final class SurveyCenter: Sendable {
     struct State {
-        var surveys: [String: (order: Int, survey: Survey)] = [:]
+        /// By id. Ids and trigger names are compared by their bytes, as the
+        /// history and the lifecycle events' `survey_id` keep them.
+        var surveys: [Bytewise: (order: Int, survey: Survey)] = [:]
         var nextOrder = 0
         /// Candidates per trigger name (wildcards merged in), in registration
         /// order; rebuilt on every register/unregister so matching an event
         /// is one dictionary lookup.
-        var byTrigger: [String: [Survey]] = [:]
+        var byTrigger: [Bytewise: [Survey]] = [:]
         var wildcards: [Survey] = []
         /// Every registered survey's `historyProperties`, merged.
         var declared: [String: Set<String>] = [:]
@@ -47,8 +49,8 @@ public final class SurveyCenter: Sendable {
             let ordered = surveys.values.sorted { $0.order < $1.order }.map(\.survey)
             wildcards = ordered.filter { $0.triggerEventNames == nil }
             byTrigger = [:]
-            for name in Set(ordered.flatMap { $0.triggerEventNames ?? [] }) {
-                byTrigger[name] = ordered.filter { $0.isCandidate(for: name) }
+            for name in Set(ordered.flatMap { ($0.triggerEventNames ?? []).map(Bytewise.init) }) {
+                byTrigger[name] = ordered.filter { $0.isCandidate(for: name.string) }
             }
             let merged = ordered.reduce(into: [String: Set<String>]()) { merged, survey in
                 merged.merge(survey.historyProperties) { $0.union($1) }
@@ -113,7 +115,7 @@ public final class SurveyCenter: Sendable {
         }
         try survey.conditions.validate(surveyID: survey.id, declared: survey.historyProperties)
         let kept = state.withLock { state in
-            state.surveys[survey.id] = (state.nextOrder, survey)
+            state.surveys[Bytewise(survey.id)] = (state.nextOrder, survey)
             state.nextOrder += 1
             return state.rebuild()
         }
@@ -124,7 +126,7 @@ public final class SurveyCenter: Sendable {
     /// it declared are not kept for the events recorded after it.
     public func unregister(_ surveyID: String) {
         let kept = state.withLock { state in
-            state.surveys.removeValue(forKey: surveyID) != nil ? state.rebuild() : nil
+            state.surveys.removeValue(forKey: Bytewise(surveyID)) != nil ? state.rebuild() : nil
         }
         if let kept { context.keep(kept.version, kept.properties) }
     }
@@ -158,7 +160,9 @@ public final class SurveyCenter: Sendable {
     public func mark(
         _ step: SurveyLifecycleEvent, _ surveyID: String, parameters: [String: EventValue] = [:]
     ) throws -> RecordOutcome {
-        guard state.withLock({ $0.surveys[surveyID] != nil }) else { throw SpoolError.unknownSurvey(surveyID) }
+        guard state.withLock({ $0.surveys[Bytewise(surveyID)] != nil }) else {
+            throw SpoolError.unknownSurvey(surveyID)
+        }
         var parameters = parameters
         parameters["survey_id"] = .string(surveyID)
         return try context.record(step.rawValue, parameters)
@@ -211,7 +215,7 @@ public final class SurveyCenter: Sendable {
     ///   registered; ``SpoolError/notStarted`` before `start()`;
     ///   ``SpoolError/sqlite(_:)`` when the database could not be read.
     public func explain(surveyID: String) async throws -> SurveyExplanation {
-        guard let survey = state.withLock({ $0.surveys[surveyID]?.survey }) else {
+        guard let survey = state.withLock({ $0.surveys[Bytewise(surveyID)]?.survey }) else {
             throw SpoolError.unknownSurvey(surveyID)
         }
         guard let database = context.database() else { throw SpoolError.notStarted }
@@ -241,7 +245,7 @@ public final class SurveyCenter: Sendable {
     /// The surveys `name` makes candidates, in registration order.
     func candidates(for name: String) -> [Survey] {
         guard Survey.mayTrigger(name) else { return [] }
-        return state.withLock { $0.byTrigger[name] ?? $0.wildcards }
+        return state.withLock { $0.byTrigger[Bytewise(name)] ?? $0.wildcards }
     }
 
     func finishAll() {

@@ -31,8 +31,8 @@ public enum ValueMatch: Sendable, Hashable {
         switch self {
         case .equals(let operand): return operand.historyValue.map(value.matches) ?? false
         case .notEquals(let operand): return !(operand.historyValue.map(value.matches) ?? false)
-        case .greaterThan(let bound): return value.number.map { $0 > bound } ?? false
-        case .lessThan(let bound): return value.number.map { $0 < bound } ?? false
+        case .greaterThan(let bound): return value.isGreater(than: bound)
+        case .lessThan(let bound): return value.isLess(than: bound)
         case .contains(let text):
             guard case .text(let string) = value else { return false }
             return Self.bytes(of: string, contain: text)
@@ -62,6 +62,11 @@ public enum ValueMatch: Sendable, Hashable {
             if operand.historyValue == nil {
                 return .invalidCondition(
                     surveyID: surveyID, reason: "\(name) is compared with a null, an array or an object")
+            }
+            if case .date(let date) = operand, ISO8601Milliseconds.milliseconds(ifRepresentable: date) == nil {
+                return .invalidCondition(
+                    surveyID: surveyID,
+                    reason: "\(name) is compared with a date no event can carry (EventValue.earliestDate…latestDate)")
             }
         case .greaterThan(let bound), .lessThan(let bound):
             if bound.isNaN { return .nanComparisonValue(surveyID: surveyID, name: name) }
