@@ -213,4 +213,24 @@ struct SurveyEdgeTests {
         #expect(try await count(.greaterThan(0x1p63 - 1024)) == 1)
         await engine.close()
     }
+
+    @Test("S7: two rules whose filters differ only in the spelling of their value are told apart at one event")
+    func filtersByTheirBytes() async throws {
+        let (directory, clock, triggers) = (TemporaryDirectory(), ManualClock(), TriggerLog())
+        let engine = SurveyConditionTests.engine(directory, clock: clock, triggers: triggers)
+        for (id, spelling) in [("nfc", Self.nfc), ("nfd", Self.nfd)] {
+            try engine.surveys.register(
+                Survey(
+                    id: id, triggerEventNames: ["visit"],
+                    conditions: .eventFrequency(
+                        EventFrequency("visit", .exactly, 1, where: .property("place", .equals(.string(spelling))))),
+                    historyProperties: ["visit": ["place"]]))
+        }
+        try await engine.start()
+        try engine.record("visit", parameters: ["place": .string(Self.nfd), "n": 1])
+        try await engine.settle()
+        #expect(SurveyConditionTests.fired(triggers, "nfd") == [1])
+        #expect(SurveyConditionTests.fired(triggers, "nfc") == [], "no NFC visit")
+        await engine.close()
+    }
 }

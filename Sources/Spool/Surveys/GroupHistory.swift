@@ -8,10 +8,10 @@ import SpoolStorage
 /// and once the history holds none from the start of the widest window the
 /// group's events open, none of them counts any.
 final class GroupHistoryCounts {
-    /// Names by their bytes, as the history counts them.
+    /// Names and filters by their bytes, as the history counts them.
     private struct Counted: Hashable {
         let name: Bytewise
-        let filter: PropertyFilter?
+        let filter: FilterKey?
     }
 
     private struct Key: Hashable {
@@ -56,7 +56,9 @@ final class GroupHistoryCounts {
     /// passes nothing in the widest window, costs no more at the group's
     /// other events.
     func settled(_ cap: Int, of name: String, where filter: PropertyFilter?, since: Double?) -> Int? {
-        guard let settled = settled[Counted(name: Bytewise(name), filter: filter)] else { return nil }
+        guard let settled = settled[Counted(name: Bytewise(name), filter: filter.map(FilterKey.init))] else {
+            return nil
+        }
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled.reached, start <= reached.since, reached.count - reached.inGroup >= cap { return cap }
         if let noneFrom = settled.noneFrom, start >= noneFrom { return 0 }
@@ -71,7 +73,7 @@ final class GroupHistoryCounts {
     func count(of name: String, where filter: PropertyFilter?, since: Double?, widest: Double?, cap: Int) throws
         -> Int
     {
-        let counted = Counted(name: Bytewise(name), filter: filter)
+        let counted = Counted(name: Bytewise(name), filter: filter.map(FilterKey.init))
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled[counted]?.reached, start <= reached.since, cap <= reached.count { return cap }
         if let widest, settled[counted]?.widestCounted != true {
@@ -114,7 +116,7 @@ final class LaterOccurrences {
     /// The earliest and latest millisecond among each name's counted events.
     private var spans: [Bytewise: (earliest: Double, latest: Double)] = [:]
     /// Counted events that pass each filter asked about so far, by name.
-    private var filtered: [Bytewise: [PropertyFilter: Int]] = [:]
+    private var filtered: [Bytewise: [FilterKey: Int]] = [:]
 
     init(_ events: [StoredEvent]) {
         self.events = events
@@ -135,7 +137,7 @@ final class LaterOccurrences {
             min(span?.earliest ?? millisecond, millisecond), max(span?.latest ?? millisecond, millisecond)
         )
         if var counts = filtered[name] {
-            for (filter, count) in counts where Self.passes(event, filter) { counts[filter] = count + 1 }
+            for (key, count) in counts where Self.passes(event, key.filter) { counts[key] = count + 1 }
             filtered[name] = counts
         }
     }
@@ -151,9 +153,9 @@ final class LaterOccurrences {
             return exactly(name, filter, from: HistoryMillisecond.of(since), to: .infinity)
         }
         guard let filter else { return counts[key, default: 0] }
-        if let known = filtered[key]?[filter] { return known }
+        if let known = filtered[key]?[FilterKey(filter)] { return known }
         let count = exactly(name, filter, from: -.infinity, to: .infinity)
-        filtered[key, default: [:]][filter] = count
+        filtered[key, default: [:]][FilterKey(filter)] = count
         return count
     }
 
@@ -191,5 +193,26 @@ final class LaterOccurrences {
     /// none, and the history holds none for it).
     private static func passes(_ event: StoredEvent, _ filter: PropertyFilter) -> Bool {
         filter.match.matches(event.historyValues?.value(of: filter.property))
+    }
+}
+
+/// A property filter as the history applies it, to tell filters apart in
+/// a group's counts: its property and any text by their bytes, its operand
+/// as the history keeps it (two spellings of a value that Swift's `==`
+/// takes as one are two filters).
+struct FilterKey: Hashable {
+    let filter: PropertyFilter
+
+    init(_ filter: PropertyFilter) {
+        self.filter = filter
+    }
+
+    static func == (left: FilterKey, right: FilterKey) -> Bool {
+        Bytewise(left.filter.property) == Bytewise(right.filter.property)
+            && left.filter.match.appliesAs(right.filter.match)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(Bytewise(filter.property))
     }
 }
