@@ -59,13 +59,19 @@ struct BackgroundTimeTests {
         // Nothing went out after the time ended: the collector holds only
         // the requests sent before.
         #expect(try await collector.control([:]) == concurrentRequests)
-        try await collector.control(["release": 503])
-        try await collector.control(["mode": "ok"])
-        os.send(.didBecomeActive)
+        try await Self.comeBack(collector, os)
         try await flushUntilDone(engine)
         let accepted = collector.acceptedIDs()
         #expect(Set(accepted).isSuperset(of: ids) && accepted.count == Set(accepted).count, "each event taken once")
         await engine.close()
+    }
+
+    /// The requests held are answered 503 (none was taken), the collector
+    /// takes what comes next, and the app becomes active.
+    static func comeBack(_ collector: TestCollector, _ os: FakeOS) async throws {
+        try await collector.control(["release": 503])
+        try await collector.control(["mode": "ok"])
+        os.send(.didBecomeActive)
     }
 
     /// Records 5 events while the app is in the background with its
@@ -100,9 +106,7 @@ struct BackgroundTimeTests {
         #expect(try await PlatformDayTests.waitUntilSuspended(engine))
         #expect(try await waitUntil(timeout: 10) { os.activitiesRunning == 0 })
         #expect(try await collector.control([:]) == 1, "nothing was sent after the time ended")
-        try await collector.control(["release": 503])
-        try await collector.control(["mode": "ok"])
-        os.send(.didBecomeActive)
+        try await Self.comeBack(collector, os)
         try await flushUntilDone(engine)
         #expect(Set(collector.acceptedIDs()).isSuperset(of: ids))
         await engine.close()
@@ -125,9 +129,7 @@ struct BackgroundTimeTests {
         await #expect(throws: SpoolError.suspended) { try await flushing.value }
         let paused = await pausing.result
         #expect(try await collector.control([:]) == 1, "nothing was sent after the time ended")
-        try await collector.control(["release": 503])
-        try await collector.control(["mode": "ok"])
-        os.send(.didBecomeActive)
+        try await Self.comeBack(collector, os)
         #expect(try await PlatformDayTests.waitUntilSuspended(engine, false))
         if case .success = paused {
             #expect(try await engine.uploadStatistics().paused)
