@@ -76,6 +76,25 @@ extension Connection {
         }
     }
 
+    /// The identity of the database file at `path`, read through a
+    /// read-only handle of its own; nil when it cannot be opened or read.
+    package static func fileIdentity(at path: String) -> UInt64? {
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
+            let handle
+        else {
+            sqlite3_close_v2(handle)
+            return nil
+        }
+        let reader = Connection(adopting: handle, path: path)
+        defer { reader.close() }
+        do {
+            return try reader.fileIdentity()
+        } catch {
+            return nil
+        }
+    }
+
     /// Moves every position up to end at `head`, the high-water mark's,
     /// when a lost WAL took the commits after the file's `log_head` with
     /// it: those positions were handed out (and some of their events

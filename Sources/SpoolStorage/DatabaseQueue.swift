@@ -17,6 +17,10 @@ package final class DatabaseQueue: @unchecked Sendable {
     // touches it directly, when no block can be running.
     private let queue: DispatchQueue
     private var connection: Connection?
+    /// The identity (``Connection/fileIdentity()``) of the file the
+    /// connections opened, read as they opened it: another process's salvage
+    /// may put another file at ``path``.
+    private var opened: UInt64?
     private let checkpointer: Checkpointer?
     /// Suspended (the app is about to be suspended by the OS): no block
     /// touches the connection; work waits in `deferred` until resumed.
@@ -73,7 +77,10 @@ package final class DatabaseQueue: @unchecked Sendable {
             }
         }
         // Published on the queue, where every later access happens.
-        queue.sync { self.connection = connection }
+        queue.sync {
+            self.connection = connection
+            self.opened = Self.identity(of: connection)
+        }
         queue.setSpecific(key: Self.identity, value: ObjectIdentifier(self))
     }
 
@@ -256,8 +263,30 @@ package final class DatabaseQueue: @unchecked Sendable {
             checkpointer.install(on: reopened)
         }
         connection = reopened
+        opened = Self.identity(of: reopened)
         if case .success = rebuilt { generation += 1 }
         return try rebuilt.get()
+    }
+
+    /// On the queue: whether the file at ``path`` is the one the
+    /// connections have open. False once another process's salvage moved it
+    /// aside and put a fresh one there (``replaceFile(_:)`` with nothing to
+    /// rebuild then opens that one). A file at the path that cannot be read
+    /// is taken for the one open: the damaged file.
+    package var hasTheFileAtPath: Bool {
+        assertOnQueue()
+        guard let opened, path != Connection.inMemoryPath else { return true }
+        return Connection.fileIdentity(at: path).map { $0 == opened } ?? true
+    }
+
+    /// The identity of the file `connection` has open; nil when it cannot
+    /// be read.
+    private static func identity(of connection: Connection) -> UInt64? {
+        do {
+            return try connection.fileIdentity()
+        } catch {
+            return nil
+        }
     }
 
     // MARK: - Suspension

@@ -137,10 +137,18 @@ package final class StoreMark: Sendable {
     /// Raises the mark to `head` for the file named `identity`, after a
     /// commit: one read and at most one write of 64 bytes. Another process
     /// sharing the file raises it too; a mark already at or past `head` is
-    /// left.
-    package func advance(to head: Int64, identity: UInt64) {
-        if let current = read(), current.identity == identity, current.head >= head { return }
+    /// left, and so is a mark that names another file: another process put
+    /// a fresh file at the path (a salvage), and this one has the old file
+    /// open.
+    ///
+    /// - Returns: false when the mark names another file.
+    @discardableResult
+    package func advance(to head: Int64, identity: UInt64) -> Bool {
+        let current = read()
+        if let current, current.identity != identity { return false }
+        if let current, current.head >= head { return true }
         write(Value(identity: identity, head: head))
+        return true
     }
 
     /// Holds the open lock (waits while another process holds it).

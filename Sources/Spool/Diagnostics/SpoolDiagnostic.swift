@@ -97,6 +97,15 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         /// happens, and the next of them tries the salvage again, at most
         /// once a minute.
         case salvageFailed
+        /// Another process salvaged the database file while this one had
+        /// it open: it moved the file aside and put a fresh one at its
+        /// path. This process noticed at its next commit, or when it met the
+        /// damage itself, and goes on with the fresh file, without a
+        /// salvage of its own. What it committed to the old file from when
+        /// that salvage began until it noticed is in the set-aside copy, not
+        /// in the fresh file (the commit that noticed at most, unless the
+        /// salvage was still copying).
+        case storeSalvagedElsewhere
         /// At `start()`, the database held fewer events than were committed
         /// to it: its WAL was lost after a crash (or an older copy of the
         /// file was restored), as the high-water mark kept beside it shows,

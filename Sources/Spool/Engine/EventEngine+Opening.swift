@@ -251,7 +251,10 @@ final class CommitMark: Sendable {
     }
 
     /// After a commit: raises the mark to `head`.
-    func committed(_ head: Int64) {
+    ///
+    /// - Returns: false when the mark names another file: another process
+    ///   salvaged the file and put a fresh one at the path.
+    func committed(_ head: Int64) -> Bool {
         mark.advance(to: head, identity: identity.withLock { $0 })
     }
 

@@ -62,15 +62,15 @@ extension EventEngine {
         // The open lock: no other process opens (or salvages) the file meanwhile.
         mark?.mark.lock()
         defer { mark?.mark.unlock() }
+        // Another process salvaged it first: the file at the path is its
+        // fresh one, which must not be set aside in turn.
+        guard database.hasTheFileAtPath else { return followFileSalvagedElsewhere(log, mark: mark, locked: true) }
         let found = mark?.mark.read()
         do {
             let outcome = try database.replaceFile {
                 try Salvager.salvage(path: path, options: options, mark: found, date: date)
             }
-            applyFilePolicy(path)
-            let shape = try database.onQueue { try $0.logShape() }
-            mark?.reset(shape)
-            try database.onQueue { connection in events.durables.reattach(log, connection: connection) }
+            try goOnWithTheFileAtPath(log, mark: mark)
             let report = SalvageReport(outcome, reason: reason, date: date)
             state.withLock { $0.salvage = report }
             diagnosticsCenter.report(.storeSalvaged, eventCount: report.lost.events, "\(report)")
@@ -85,6 +85,42 @@ extension EventEngine {
                 .salvageFailed, error: SpoolError.bridge(error),
                 "a malformed page was met while running and the file could not be salvaged (\(reason)); "
                     + "it is tried again when the damage is met next, at most once a minute")
+        }
+    }
+
+    /// On the database queue, the file just put under its connections:
+    /// gives it its file policy, the mark its identity and head, and the
+    /// durable listeners attached here their positions in it.
+    private func goOnWithTheFileAtPath(_ log: EventLog, mark: CommitMark?) throws {
+        let database = log.database
+        applyFilePolicy(database.path)
+        let shape = try database.onQueue { try $0.logShape() }
+        mark?.reset(shape)
+        try database.onQueue { connection in events.durables.reattach(log, connection: connection) }
+    }
+
+    /// On the database queue: another process salvaged the file this one
+    /// has open (it moved it aside, and put a fresh one at the path). Goes
+    /// on with the fresh file as after a salvage of its own, without
+    /// rebuilding anything. `locked`: the caller holds the open lock.
+    func followFileSalvagedElsewhere(_ log: EventLog, mark: CommitMark?, locked: Bool = false) {
+        let database = log.database
+        if !locked { mark?.mark.lock() }
+        defer { if !locked { mark?.mark.unlock() } }
+        guard !database.hasTheFileAtPath else { return }  // followed already
+        do {
+            try database.replaceFile {}
+            try goOnWithTheFileAtPath(log, mark: mark)
+            diagnosticsCenter.report(
+                .storeSalvagedElsewhere,
+                "another process salvaged the database file and put a fresh one at \(database.path); this process "
+                    + "goes on with it. What it committed to the old file since that salvage began is in the "
+                    + "set-aside copy")
+        } catch {
+            diagnosticsCenter.report(
+                .salvageFailed, error: SpoolError.bridge(error),
+                "another process salvaged the database file, and the fresh file at \(database.path) could not be "
+                    + "opened")
         }
     }
 }

@@ -126,13 +126,20 @@ extension EventEngine {
                 return surveys.triggered(by: events(), in: connection)
             }
             let freeSpace = makeFreeSpaceGuard(log)
-            log.setCommitHandler { [weak delivery, weak uploader] _, head, events, reading in
+            log.setCommitHandler { [weak self, weak log, weak delivery, weak uploader] _, head, events, reading in
                 // The rows are built only when someone will look at them.
                 if let delivery, delivery.isListening {
                     delivery.enqueue(events(), triggered: reading as? [[SurveyMatch]])
                 }
                 uploader?.committed(head: head)
-                mark?.committed(head)
+                // The mark names another file: another process salvaged this
+                // one. Followed in a block of its own, after the commit's.
+                if mark?.committed(head) == false, let log {
+                    log.database.async { [weak self, weak log] connection in
+                        guard let self, let log, connection != nil else { return }
+                        self.followFileSalvagedElsewhere(log, mark: mark)
+                    }
+                }
                 freeSpace?.committed()
             }
             log.setFailureHandler { [diagnosticsCenter] failure in diagnosticsCenter.report(failure) }

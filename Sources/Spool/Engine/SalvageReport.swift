@@ -39,9 +39,12 @@ import SpoolStorage
 /// the process starts again from its position in the fresh file.
 ///
 /// Another process that already had the damaged file open (an app
-/// extension running at that moment) goes on with the set-aside copy until it
-/// opens the database again: what it records meanwhile is not in the fresh
-/// file. Processes that open the database while a salvage runs wait for it.
+/// extension running at that moment) follows the fresh file at its next
+/// commit, or when it meets the damage itself, without a salvage of its own
+/// (a ``SpoolDiagnostic/Kind/storeSalvagedElsewhere`` diagnostic): what it
+/// committed to the old file from when the salvage began until then is in
+/// the set-aside copy only. Processes that open the database while a
+/// salvage runs wait for it.
 ///
 /// ``EngineConfiguration/salvagesDamagedDatabase`` turns this off: `start()`
 /// then throws (``SpoolError/notADatabase(path:)``,
