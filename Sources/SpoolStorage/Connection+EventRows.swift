@@ -41,9 +41,12 @@ extension Connection {
     /// over and set aside in the dead letters
     /// (``setAsideUndecryptable(_:now:)``). A row past the log's head
     /// throws ``StorageError/damaged(path:reason:)`` (``requireWithinHead(_:)``).
+    ///
+    /// - Returns: how many events were set aside.
+    @discardableResult
     package func forEachEventRow(
         after position: Int64, limit: Int, now: Double, _ body: (EventRowView) throws -> Bool
-    ) throws {
+    ) throws -> Int {
         var closed: [Int64] = []
         try withStatement(EventPeople.sql) { statement in
             try statement.bind(position, at: 1)
@@ -59,6 +62,7 @@ extension Connection {
             }
         }
         try setAsideUndecryptable(closed, now: now)
+        return closed.count
     }
 
     /// Throws ``StorageError/damaged(path:reason:)`` for a row at `seq`,

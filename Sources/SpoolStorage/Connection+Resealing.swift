@@ -103,7 +103,7 @@ extension Connection {
             if table == .events {
                 try setAsideUndecryptable(closed, now: now)
             } else {
-                sealer.reportUndecryptable(closed.count)
+                reportUndecryptable(closed.count)
             }
             return chunk
         }

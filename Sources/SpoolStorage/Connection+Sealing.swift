@@ -92,7 +92,7 @@ extension Connection {
     /// Moves the events at `positions` to the dead letters with reason
     /// `undecryptable`, as they are (still sealed), and deletes them from
     /// the log, in one transaction: a value that will not open is neither
-    /// sent nor dropped. The sealer's handler hears how many moved, and the
+    /// sent nor dropped. ``ConnectionOptions/onUndecryptable`` hears how many moved, and the
     /// collector, through ``LossCause/deadLettered``, how many the uploader
     /// had not sent.
     package func setAsideUndecryptable(_ positions: [Int64], now: Double) throws {
@@ -129,7 +129,7 @@ extension Connection {
             let uploader = try position(of: Self.uploaderConsumer) ?? 0
             try countLoss(.deadLettered, positions.count { $0 > uploader })
         }
-        sealer?.reportUndecryptable(moved)
+        reportUndecryptable(moved)
     }
 
     /// The reason of a dead letter whose values would not open.

@@ -15,15 +15,20 @@ package struct ConnectionOptions: Sendable {
     /// the time: the timestamps rows are written with, and the queue's
     /// timers.
     package var clock: any SpoolClock
+    /// Told how many rows whose sealed values would not open were set
+    /// aside: with a sealer that lacks their key, or with none at all (a
+    /// process without encryption on a file another process seals).
+    package var onUndecryptable: (@Sendable (Int) -> Void)?
 
     package init(
         fullSynchronous: Bool = false, busyTimeoutMilliseconds: Int32 = 5_000, sealer: RowSealer? = nil,
-        clock: any SpoolClock = SystemClock()
+        clock: any SpoolClock = SystemClock(), onUndecryptable: (@Sendable (Int) -> Void)? = nil
     ) {
         self.fullSynchronous = fullSynchronous
         self.busyTimeoutMilliseconds = busyTimeoutMilliseconds
         self.sealer = sealer
         self.clock = clock
+        self.onUndecryptable = onUndecryptable
     }
 }
 
@@ -48,9 +53,17 @@ package final class Connection {
     /// How long a statement waits for another process's lock
     /// (``ConnectionOptions/busyTimeoutMilliseconds``).
     let busyTimeoutMilliseconds: Int32
+    /// ``ConnectionOptions/onUndecryptable``.
+    private let undecryptable: (@Sendable (Int) -> Void)?
 
     /// The keys personal values are sealed and opened with (``ConnectionOptions/sealer``).
     package var sealer: RowSealer? { sealing?.sealer }
+
+    /// Tells ``ConnectionOptions/onUndecryptable`` that `count` rows would
+    /// not open.
+    func reportUndecryptable(_ count: Int) {
+        if count > 0 { undecryptable?(count) }
+    }
 
     /// The largest a WAL file stays after it starts over: above the size at
     /// which the writer restarts it.
@@ -73,6 +86,7 @@ package final class Connection {
         self.sealing = options.sealer.map(SealingSession.init)
         self.clock = options.clock
         self.busyTimeoutMilliseconds = options.busyTimeoutMilliseconds
+        self.undecryptable = options.onUndecryptable
         if path != Self.inMemoryPath {
             try Connection.createFileIfMissing(path)
         }
@@ -101,6 +115,7 @@ package final class Connection {
         self.sealing = nil
         self.clock = SystemClock()
         self.busyTimeoutMilliseconds = 0
+        self.undecryptable = nil
         self.handle = handle
         sqlite3_extended_result_codes(handle, 1)
     }

@@ -286,7 +286,7 @@ extension Connection {
                     person = open
                 } else {
                     (person, opened) = ((nil, "{}"), false)
-                    sealer?.reportUndecryptable(1)
+                    reportUndecryptable(1)
                 }
             }
             let row = IdentityRow(

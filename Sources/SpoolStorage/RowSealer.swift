@@ -102,7 +102,6 @@ package final class RowSealer: Sendable {
     private let currentKey: @Sendable () throws -> SealingKeyMaterial
     private let keyWithID: @Sendable (String) throws -> SealingKeyMaterial?
     private let state = Protected(State())
-    private let undecryptable = Protected<(@Sendable (Int) -> Void)?>(nil)
     private let notFollowed = Protected<(@Sendable (String) -> Void)?>(nil)
 
     package init(
@@ -185,16 +184,6 @@ package final class RowSealer: Sendable {
         state.withLock { $0.current.map { String(decoding: $0.id, as: UTF8.self) } }
     }
 
-    /// Called with a count each time rows that will not open are set aside.
-    package func onUndecryptable(_ handler: @escaping @Sendable (Int) -> Void) {
-        undecryptable.withLock { $0 = handler }
-    }
-
-    /// Tells the handler that `count` rows would not open.
-    package func reportUndecryptable(_ count: Int) {
-        guard count > 0, let handler = undecryptable.withLock({ $0 }) else { return }
-        handler(count)
-    }
 
     /// `material` as a key, once its id and length are checked and the
     /// cipher took it.

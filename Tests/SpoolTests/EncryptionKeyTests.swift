@@ -320,6 +320,34 @@ struct EncryptionKeyTests {
         let copy = URL(fileURLWithPath: report.damagedCopyPath)
         #expect(EncryptionTests.found(marker, copy) == 0, "the copy set aside")
     }
+
+    @Test(
+        "P11: an engine without encryption on a file another process seals sets the sealed events aside and counts them in undecryptableRows"
+    )
+    func sealedRowsSetAsideWithoutEncryption() async throws {
+        let directory = TemporaryDirectory()
+        let collector = try await TestCollector(directory)
+        var configuration = uploadingConfiguration(directory, collector: collector, batchSize: 10)
+        configuration.database = .file(directory.databaseURL)
+        let undecryptable = Protected(0)
+        configuration.diagnosticHandler = { diagnostic in
+            if diagnostic.kind == .undecryptableRows { undecryptable.withLock { $0 += diagnostic.eventCount } }
+        }
+        let plain = EventEngine(configuration: configuration)
+        try await plain.start()  // no sealed value yet: P13 lets it start
+        let child = buildProductsDirectory.appendingPathComponent("spool-crash-child").path
+        let (lines, _) = try await runUntilKilled(
+            child, [directory.databaseURL.path, "SEALTAG", "--sealed"], milliseconds: 300, afterLine: "READY")
+        let acknowledged = lines.filter { $0.hasPrefix("ACK ") }.count
+        try #require(acknowledged > 0, "\(lines)")
+        // One flush sets them all aside: a read whose rows all stay closed
+        // reads on past them.
+        try await plain.flush()
+        let deadLettered = try await plain.uploadStatistics().deadLettered
+        await plain.close()
+        #expect(deadLettered >= acknowledged, "every sealed event kept as a dead letter")
+        #expect(undecryptable.withLock { $0 } == deadLettered, "and counted")
+    }
 }
 
 /// The key the crash child's `--sealed` mode seals with.

@@ -132,7 +132,8 @@ public struct SpoolDiagnostic: Sendable, CustomStringConvertible {
         case middlewareFailed
         /// Sealed values would not open (``EngineConfiguration/encryption``:
         /// the key provider does not return their key, or their bytes were
-        /// changed or moved to another row). `eventCount` events moved to
+        /// changed or moved to another row; or this engine has no
+        /// encryption and another process seals the file). `eventCount` events moved to
         /// the dead letters with reason `undecryptable`, still sealed, and
         /// the queue goes on behind them; they are never sent as garbage.
         /// An identity that would not open counts too (its events then

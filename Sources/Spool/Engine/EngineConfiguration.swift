@@ -228,8 +228,9 @@ public struct EngineConfiguration: Sendable {
     public var encryption: Encryption?
 
     /// The options every connection to the database opens with.
-    func connectionOptions(sealer: RowSealer?) -> ConnectionOptions {
-        ConnectionOptions(fullSynchronous: synchronous == .full, sealer: sealer, clock: clock)
+    func connectionOptions(sealer: RowSealer?, undecryptable: (@Sendable (Int) -> Void)?) -> ConnectionOptions {
+        ConnectionOptions(
+            fullSynchronous: synchronous == .full, sealer: sealer, clock: clock, onUndecryptable: undecryptable)
     }
 
     /// What tells the uploader whether a network path exists; nil: the

@@ -24,7 +24,9 @@ extension EventEngine {
     /// blocking file I/O, which must hold neither the caller's executor
     /// (often the main actor) nor a thread of the cooperative pool (a few
     /// engines starting at once would hold them all).
-    static func openDatabase(_ configuration: EngineConfiguration, sealer: RowSealer?) async throws
+    static func openDatabase(
+        _ configuration: EngineConfiguration, sealer: RowSealer?, undecryptable: @escaping @Sendable (Int) -> Void
+    ) async throws
         -> OpenedDatabase
     {
         // The result crosses threads under a lock: what the opening thread
@@ -38,7 +40,9 @@ extension EventEngine {
                 // and ignores one set before start().
                 recorded.wait()
                 Thread.current.name = "spool.open"
-                let result = Result { try SpoolError.bridging { try open(configuration, sealer: sealer) } }
+                let result = Result {
+                    try SpoolError.bridging { try open(configuration, sealer: sealer, undecryptable: undecryptable) }
+                }
                 opened.withLock { $0 = result }
                 continuation.resume()
             }
@@ -77,10 +81,12 @@ extension EventEngine {
         }
     }
 
-    private static func open(_ configuration: EngineConfiguration, sealer: RowSealer?) throws -> OpenedDatabase {
+    private static func open(
+        _ configuration: EngineConfiguration, sealer: RowSealer?, undecryptable: @escaping @Sendable (Int) -> Void
+    ) throws -> OpenedDatabase {
         // The current key first: without it nothing is opened or written.
         try sealer?.refreshCurrentKey()
-        let options = configuration.connectionOptions(sealer: sealer)
+        let options = configuration.connectionOptions(sealer: sealer, undecryptable: undecryptable)
         guard case .file(let url) = configuration.database else {
             let database = try DatabaseQueue(path: configuration.database.path, options: options)
             return OpenedDatabase(database: database, mark: nil, salvage: nil, missingCommitted: 0, missingInFile: 0)

@@ -58,7 +58,7 @@ extension EventEngine {
     private func salvageInPlace(_ log: EventLog, mark: CommitMark?, reason: String) {
         let database = log.database
         let (path, date) = (database.path, Date(timeIntervalSince1970: configuration.clock.now))
-        let options = configuration.connectionOptions(sealer: sealer)
+        let options = configuration.connectionOptions(sealer: sealer, undecryptable: undecryptable)
         // The open lock: no other process opens (or salvages) the file meanwhile.
         mark?.mark.lock()
         defer { mark?.mark.unlock() }

@@ -83,7 +83,7 @@ extension EventEngine {
         }
         let configuration = self.configuration
         await configuration.startStep?(.opening)
-        let opened = try await Self.openDatabase(configuration, sealer: sealer)
+        let opened = try await Self.openDatabase(configuration, sealer: sealer, undecryptable: undecryptable)
         await configuration.startStep?(.opened)
         reportOpening(opened)
         let mark = opened.mark

@@ -57,6 +57,9 @@ public final class EventEngine: Sendable {
     let leaseOwner = LeaseOwner.make()
     /// Seals and opens personal values (``EngineConfiguration/encryption``).
     let sealer: RowSealer?
+    /// Reports the rows whose sealed values would not open, set aside by
+    /// any connection of the engine's (``SpoolDiagnostic/Kind/undecryptableRows``).
+    let undecryptable: @Sendable (Int) -> Void
     /// Bit `n` is set when a priority event name is `n` UTF-8 bytes long
     /// (modulo 64): most names are not priority, and this answers for them
     /// without hashing the name.
@@ -226,7 +229,7 @@ public final class EventEngine: Sendable {
             handler: configuration.diagnosticHandler, queue: deliveryQueue, clock: configuration.clock)
         diagnosticsCenter = diagnostics
         sealer = configuration.encryption?.makeSealer()
-        sealer?.onUndecryptable { count in
+        undecryptable = { count in
             diagnostics.report(
                 .undecryptableRows, eventCount: count,
                 "\(count) sealed values would not open: their events moved to the dead letters (reason undecryptable)")

@@ -220,30 +220,35 @@ extension UploadBatch {
         var lastID: [UInt8] = []  // reused: no allocation per event
         var ids: [UInt8] = [UInt8(ascii: "[")]
         ids.reserveCapacity(expected * 39 + 2)
-        try connection.forEachEventRow(after: position, limit: limit, now: clock.sentAt) { row in
-            guard row.seq <= last else { return false }
-            switch body.append(row) {
-            case .added:
-                if positions.isEmpty {
-                    firstID = String(decoding: row.id, as: UTF8.self)
-                } else {
-                    ids.append(UInt8(ascii: ","))
+        // Rows that all stayed closed were set aside (and left the log):
+        // read the ones after them, as the next batch.
+        var setAside = 0
+        repeat {
+            setAside = try connection.forEachEventRow(after: position, limit: limit, now: clock.sentAt) { row in
+                guard row.seq <= last else { return false }
+                switch body.append(row) {
+                case .added:
+                    if positions.isEmpty {
+                        firstID = String(decoding: row.id, as: UTF8.self)
+                    } else {
+                        ids.append(UInt8(ascii: ","))
+                    }
+                    // An id is a UUID: nothing in it to escape.
+                    ids.append(UInt8(ascii: "\""))
+                    ids.append(contentsOf: row.id)
+                    ids.append(UInt8(ascii: "\""))
+                    positions.append(row.seq)
+                    lastID.removeAll(keepingCapacity: true)
+                    lastID.append(contentsOf: row.id)
+                    return true
+                case .full:
+                    return false
+                case .oversized(let bytes):
+                    oversized = .oversized(position: row.seq, bytes: bytes)
+                    return false
                 }
-                // An id is a UUID: nothing in it to escape.
-                ids.append(UInt8(ascii: "\""))
-                ids.append(contentsOf: row.id)
-                ids.append(UInt8(ascii: "\""))
-                positions.append(row.seq)
-                lastID.removeAll(keepingCapacity: true)
-                lastID.append(contentsOf: row.id)
-                return true
-            case .full:
-                return false
-            case .oversized(let bytes):
-                oversized = .oversized(position: row.seq, bytes: bytes)
-                return false
             }
-        }
+        } while positions.isEmpty && oversized == nil && setAside > 0
         if let oversized { return oversized }
         guard !positions.isEmpty else { return nil }
         return .batch(
