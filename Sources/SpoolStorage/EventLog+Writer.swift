@@ -250,7 +250,7 @@ extension EventLog {
                         let millisecond = HistoryMillisecond.of(group[index].record.recordedAt)
                         // Names by their bytes, as the history's key compares them.
                         if let current = run, current.millisecond == millisecond,
-                            current.name.utf8.elementsEqual(group[index].record.name.utf8)
+                            Bytewise.same(current.name, group[index].record.name)
                         {
                             run?.occurrences += 1
                         } else {

@@ -134,10 +134,6 @@ struct SurveyEdgeTests {
     func namesByTheirBytes(gap: Double) async throws {
         let (directory, clock, triggers) = (TemporaryDirectory(), ManualClock(), TriggerLog())
         let engine = SurveyConditionTests.engine(directory, clock: clock, triggers: triggers)
-        try engine.surveys.register(
-            Survey(
-                id: "counted", triggerEventNames: [Self.nfc],
-                conditions: .eventFrequency(EventFrequency(Self.nfc, .atLeast, 1))))
         try await engine.start()
         try engine.record(Self.nfc, parameters: ["n": 1])
         clock.advance(by: gap)
@@ -145,7 +141,15 @@ struct SurveyEdgeTests {
         try await engine.settle()
         #expect(try await Self.count(engine, Self.nfc) == 1)
         #expect(try await Self.count(engine, Self.nfd) == 1)
-        #expect(SurveyConditionTests.fired(triggers, "counted") == [1], "only the NFC event is a candidate")
+        // A trigger name matches its own spelling (each event in a commit of its own).
+        try engine.surveys.register(
+            Survey(
+                id: "counted", triggerEventNames: [Self.nfc],
+                conditions: .eventFrequency(EventFrequency(Self.nfc, .exactly, 2))))
+        _ = try await engine.recordDurably(Self.nfd, parameters: ["n": 3])
+        _ = try await engine.recordDurably(Self.nfc, parameters: ["n": 4])
+        try await engine.settle()
+        #expect(SurveyConditionTests.fired(triggers, "counted") == [4], "only the NFC event is a candidate")
         await engine.close()
     }
 
@@ -211,26 +215,6 @@ struct SurveyEdgeTests {
         #expect(try await count(.greaterThan(0x1p63)) == 0)
         #expect(try await count(.lessThan(0x1p63)) == 3)
         #expect(try await count(.greaterThan(0x1p63 - 1024)) == 1)
-        await engine.close()
-    }
-
-    @Test("S7: two rules whose filters differ only in the spelling of their value are told apart at one event")
-    func filtersByTheirBytes() async throws {
-        let (directory, clock, triggers) = (TemporaryDirectory(), ManualClock(), TriggerLog())
-        let engine = SurveyConditionTests.engine(directory, clock: clock, triggers: triggers)
-        for (id, spelling) in [("nfc", Self.nfc), ("nfd", Self.nfd)] {
-            try engine.surveys.register(
-                Survey(
-                    id: id, triggerEventNames: ["visit"],
-                    conditions: .eventFrequency(
-                        EventFrequency("visit", .exactly, 1, where: .property("place", .equals(.string(spelling))))),
-                    historyProperties: ["visit": ["place"]]))
-        }
-        try await engine.start()
-        try engine.record("visit", parameters: ["place": .string(Self.nfd), "n": 1])
-        try await engine.settle()
-        #expect(SurveyConditionTests.fired(triggers, "nfd") == [1])
-        #expect(SurveyConditionTests.fired(triggers, "nfc") == [], "no NFC visit")
         await engine.close()
     }
 }

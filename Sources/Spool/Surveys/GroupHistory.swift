@@ -8,10 +8,9 @@ import SpoolStorage
 /// and once the history holds none from the start of the widest window the
 /// group's events open, none of them counts any.
 final class GroupHistoryCounts {
-    /// Names and filters by their bytes, as the history counts them.
     private struct Counted: Hashable {
-        let name: Bytewise
-        let filter: FilterKey?
+        let name: String
+        let filter: PropertyFilter?
     }
 
     private struct Key: Hashable {
@@ -36,7 +35,7 @@ final class GroupHistoryCounts {
     private var settled: [Counted: Settled] = [:]
     /// Each name's occurrences in the group: the most a rule's cap grows by
     /// from one event to another (it adds the occurrences after the event).
-    private let inGroup: [Bytewise: Int]
+    private let inGroup: [String: Int]
     /// The time of the group's earliest event: a window at any event starts
     /// no earlier than the same window at it.
     let earliest: Double
@@ -44,7 +43,7 @@ final class GroupHistoryCounts {
     init(_ connection: Connection, events: [StoredEvent]) {
         self.connection = connection
         inGroup = events.reduce(into: [:]) { counts, event in
-            if LaterOccurrences.entersHistory(event) { counts[Bytewise(event.name), default: 0] += 1 }
+            if LaterOccurrences.entersHistory(event) { counts[event.name, default: 0] += 1 }
         }
         earliest = events.lazy.map(\.recordedAt).min() ?? 0
     }
@@ -56,9 +55,7 @@ final class GroupHistoryCounts {
     /// passes nothing in the widest window, costs no more at the group's
     /// other events.
     func settled(_ cap: Int, of name: String, where filter: PropertyFilter?, since: Double?) -> Int? {
-        guard let settled = settled[Counted(name: Bytewise(name), filter: filter.map(FilterKey.init))] else {
-            return nil
-        }
+        guard let settled = settled[Counted(name: name, filter: filter)] else { return nil }
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled.reached, start <= reached.since, reached.count - reached.inGroup >= cap { return cap }
         if let noneFrom = settled.noneFrom, start >= noneFrom { return 0 }
@@ -73,7 +70,7 @@ final class GroupHistoryCounts {
     func count(of name: String, where filter: PropertyFilter?, since: Double?, widest: Double?, cap: Int) throws
         -> Int
     {
-        let counted = Counted(name: Bytewise(name), filter: filter.map(FilterKey.init))
+        let counted = Counted(name: name, filter: filter)
         let start = since.map(HistoryMillisecond.of) ?? -.infinity
         if let reached = settled[counted]?.reached, start <= reached.since, cap <= reached.count { return cap }
         if let widest, settled[counted]?.widestCounted != true {
@@ -92,7 +89,7 @@ final class GroupHistoryCounts {
         // Count far enough for every event of the group at once: counting
         // each event's cap anew would scan the history once per event
         // (seconds per group for a rule on a name with a long history).
-        let extra = inGroup[counted.name, default: 0]
+        let extra = inGroup[name, default: 0]
         let asked = cap > Int.max - extra ? Int.max : cap + extra
         let count = try HistoryAsOf.count(of: name, where: filter, since: since, until: nil, cap: asked, in: connection)
         known[key] = (count, asked)
@@ -111,12 +108,11 @@ final class LaterOccurrences {
     private let events: [StoredEvent]
     /// The events after this index are counted.
     private var index: Int
-    /// By name, compared by its bytes as the history counts it.
-    private var counts: [Bytewise: Int] = [:]
+    private var counts: [String: Int] = [:]
     /// The earliest and latest millisecond among each name's counted events.
-    private var spans: [Bytewise: (earliest: Double, latest: Double)] = [:]
+    private var spans: [String: (earliest: Double, latest: Double)] = [:]
     /// Counted events that pass each filter asked about so far, by name.
-    private var filtered: [Bytewise: [FilterKey: Int]] = [:]
+    private var filtered: [String: [PropertyFilter: Int]] = [:]
 
     init(_ events: [StoredEvent]) {
         self.events = events
@@ -129,16 +125,15 @@ final class LaterOccurrences {
         let event = events[index]
         index -= 1
         guard Self.entersHistory(event) else { return }
-        let name = Bytewise(event.name)
-        counts[name, default: 0] += 1
+        counts[event.name, default: 0] += 1
         let millisecond = HistoryMillisecond.of(event.recordedAt)
-        let span = spans[name]
-        spans[name] = (
+        let span = spans[event.name]
+        spans[event.name] = (
             min(span?.earliest ?? millisecond, millisecond), max(span?.latest ?? millisecond, millisecond)
         )
-        if var counts = filtered[name] {
-            for (key, count) in counts where Self.passes(event, key.filter) { counts[key] = count + 1 }
-            filtered[name] = counts
+        if var counts = filtered[event.name] {
+            for (filter, count) in counts where Self.passes(event, filter) { counts[filter] = count + 1 }
+            filtered[event.name] = counts
         }
     }
 
@@ -146,16 +141,15 @@ final class LaterOccurrences {
     /// evaluated, from the millisecond of `since` on (nil: all of them), as
     /// the history counts them.
     func count(of name: String, where filter: PropertyFilter?, since: Double?) -> Int {
-        let key = Bytewise(name)
-        guard let span = spans[key] else { return 0 }
+        guard let span = spans[name] else { return 0 }
         if let since, HistoryMillisecond.of(since) > span.earliest {
             // A later event older than the window (a clock set back): count exactly.
             return exactly(name, filter, from: HistoryMillisecond.of(since), to: .infinity)
         }
-        guard let filter else { return counts[key, default: 0] }
-        if let known = filtered[key]?[FilterKey(filter)] { return known }
+        guard let filter else { return counts[name, default: 0] }
+        if let known = filtered[name]?[filter] { return known }
         let count = exactly(name, filter, from: -.infinity, to: .infinity)
-        filtered[key, default: [:]][FilterKey(filter)] = count
+        filtered[name, default: [:]][filter] = count
         return count
     }
 
@@ -163,16 +157,16 @@ final class LaterOccurrences {
     /// milliseconds from `from` (rounded down to its millisecond) through
     /// `to`.
     func count(of name: String, from: Double, to: Double) -> Int {
-        guard let span = spans[Bytewise(name)] else { return 0 }
+        guard let span = spans[name] else { return 0 }
         let first = HistoryMillisecond.of(from)
-        if first <= span.earliest && span.latest <= to { return counts[Bytewise(name), default: 0] }
+        if first <= span.earliest && span.latest <= to { return counts[name, default: 0] }
         if to < span.earliest || first > span.latest { return 0 }
         return exactly(name, nil, from: first, to: to)
     }
 
     private func exactly(_ name: String, _ filter: PropertyFilter?, from: Double, to: Double) -> Int {
         events[(index + 1)...].reduce(0) { total, event in
-            guard event.name.utf8.elementsEqual(name.utf8), Self.entersHistory(event) else { return total }
+            guard event.name == name, Self.entersHistory(event) else { return total }
             let millisecond = HistoryMillisecond.of(event.recordedAt)
             guard millisecond >= from && millisecond <= to, filter.map({ Self.passes(event, $0) }) ?? true else {
                 return total
@@ -193,26 +187,5 @@ final class LaterOccurrences {
     /// none, and the history holds none for it).
     private static func passes(_ event: StoredEvent, _ filter: PropertyFilter) -> Bool {
         filter.match.matches(event.historyValues?.value(of: filter.property))
-    }
-}
-
-/// A property filter as the history applies it, to tell filters apart in
-/// a group's counts: its property and any text by their bytes, its operand
-/// as the history keeps it (two spellings of a value that Swift's `==`
-/// takes as one are two filters).
-struct FilterKey: Hashable {
-    let filter: PropertyFilter
-
-    init(_ filter: PropertyFilter) {
-        self.filter = filter
-    }
-
-    static func == (left: FilterKey, right: FilterKey) -> Bool {
-        Bytewise(left.filter.property) == Bytewise(right.filter.property)
-            && left.filter.match.appliesAs(right.filter.match)
-    }
-
-    func hash(into hasher: inout Hasher) {
-        hasher.combine(Bytewise(filter.property))
     }
 }

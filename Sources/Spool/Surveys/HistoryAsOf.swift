@@ -158,8 +158,7 @@ struct HistoryAsOf {
             return try connection.historyMilliseconds(of: name, from: from, to: to, latestFirst: latestFirst, limit: 1)
                 .first?.millisecond
         }
-        let own = group.own.map { Bytewise($0.0) == Bytewise(name) } ?? false
-        let theEvent = excludingTheEvent && own ? group.own?.1 : nil
+        let theEvent = excludingTheEvent && group.own?.0 == name ? group.own?.1 : nil
         // Rows whose occurrences all come after the event in its group are
         // skipped; a few at most.
         var limit = 4

@@ -1,4 +1,5 @@
 import Foundation
+import SpoolStorage
 
 /// A survey the app can show, with the rules that make it a candidate.
 ///
@@ -45,7 +46,7 @@ public struct Survey: Sendable, Hashable {
     func isCandidate(for eventName: String) -> Bool {
         // By bytes, as the history counts the name.
         Self.mayTrigger(eventName)
-            && (triggerEventNames.map { names in names.contains { $0.utf8.elementsEqual(eventName.utf8) } } ?? true)
+            && (triggerEventNames.map { names in names.contains { Bytewise.same($0, eventName) } } ?? true)
     }
 
     /// False for the events that never trigger a survey: the survey

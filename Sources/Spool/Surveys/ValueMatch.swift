@@ -40,23 +40,6 @@ public enum ValueMatch: Sendable, Hashable {
         }
     }
 
-    /// Whether `other` is the same test as the history applies it: operands
-    /// as the history keeps them, text by its bytes.
-    func appliesAs(_ other: ValueMatch) -> Bool {
-        switch (self, other) {
-        case (.equals(let left), .equals(let right)), (.notEquals(let left), .notEquals(let right)):
-            switch (left.historyValue, right.historyValue) {
-            case (.text(let left)?, .text(let right)?): return Bytewise(left) == Bytewise(right)
-            case (let left, let right): return left == right
-            }
-        case (.greaterThan(let left), .greaterThan(let right)), (.lessThan(let left), .lessThan(let right)):
-            return left == right
-        case (.contains(let left), .contains(let right)): return Bytewise(left) == Bytewise(right)
-        case (.exists, .exists): return true
-        default: return false
-        }
-    }
-
     /// True when the UTF-8 bytes of `needle` occur in those of `haystack`.
     private static func bytes(of haystack: String, contain needle: String) -> Bool {
         let needle = Array(needle.utf8)
